@@ -1,0 +1,152 @@
+// Kerong CU16 / CU12 family. Frame: 02 | ADDR | CMD | [DATA...] | 03 | SUM, SUM = additive
+// checksum of every earlier byte (STX and ETX included). ADDR = (board << 4) | lockIndex.
+// See docs/lockbus.md and shared spec lockbus.md section 1.
+import { StreamParser, bitsFromBytes, bytesFromBits, sum8, type Attempt } from './framing';
+import { CodecError, type Dialect, type LockReply, type LockRequest } from './types';
+
+const STX = 0x02;
+const ETX = 0x03;
+export const CU16 = {
+  READ_STATUS: 0x30,
+  UNLOCK: 0x31,
+  SCAN: 0x32,
+  UNLOCK_ALL: 0x33,
+  STATUS_REPLY: 0x35,
+  SCAN_REPLY: 0x36, // layout unverified: not decoded
+  SET_PULSE: 0x37,
+  PULSE_REPLY: 0x38, // unverified: assumed 02 ADDR 38 03 SUM
+  BUS_ADDR: 0xf0,
+} as const;
+
+const REQUEST_LENGTHS: Record<number, number> = {
+  [CU16.READ_STATUS]: 5,
+  [CU16.UNLOCK]: 5,
+  [CU16.SCAN]: 5,
+  [CU16.UNLOCK_ALL]: 5,
+  [CU16.SET_PULSE]: 7,
+};
+const REPLY_LENGTHS: Record<number, number> = {
+  [CU16.STATUS_REPLY]: 9,
+  [CU16.PULSE_REPLY]: 5,
+};
+
+function frame(addr: number, cmd: number, data: number[] = []): Buffer {
+  const b = Buffer.from([STX, addr, cmd, ...data, ETX, 0]);
+  b[b.length - 1] = sum8(b, 0, b.length - 1);
+  return b;
+}
+
+function checkBoard(board: number): void {
+  if (!Number.isInteger(board) || board < 0 || board > 15) throw new CodecError('OUT_OF_RANGE', `CU16 board ${board} not in 0..15`);
+}
+function checkLock(lock: number): void {
+  if (!Number.isInteger(lock) || lock < 1 || lock > 16) throw new CodecError('OUT_OF_RANGE', `CU16 lock ${lock} not in 1..16`);
+}
+
+function rules(lengths: Record<number, number>) {
+  return {
+    isStart: (b: number) => b === STX,
+    attempt(buf: Buffer, at: number): Attempt {
+      if (buf.length - at < 3) return { kind: 'need' };
+      const len = lengths[buf[at + 2]];
+      if (len === undefined) return { kind: 'invalid' };
+      if (buf.length - at < len) return { kind: 'need' };
+      if (buf[at + len - 2] !== ETX) return { kind: 'invalid' };
+      return sum8(buf, at, at + len - 1) === buf[at + len - 1] ? { kind: 'frame', length: len } : { kind: 'bad', length: len };
+    },
+  };
+}
+
+/** Validates framing and checksum of a complete frame; returns it unchanged. */
+function checked(f: Buffer, lengths: Record<number, number>): Buffer {
+  const len = lengths[f[2]];
+  if (f.length < 5 || f[0] !== STX || len === undefined || f.length !== len || f[len - 2] !== ETX) {
+    throw new CodecError('BAD_FRAME', `not a CU16 frame: ${f.toString('hex')}`);
+  }
+  if (sum8(f, 0, len - 1) !== f[len - 1]) throw new CodecError('BAD_CHECKSUM', `CU16 checksum mismatch: ${f.toString('hex')}`);
+  return f;
+}
+
+export const kerongCu16: Dialect = {
+  name: 'kerong-cu16',
+  defaultBaudRate: 19200,
+  locksPerBoard: 16,
+  boardRange: [0, 15],
+  maxLocks: 16,
+  supports: (kind) => kind !== 'readLock',
+  // 0x31 / 0x33 are answered by nothing (confirm by polling); the 0x32 scan answer is unverified
+  // and not decoded, so the driver never waits for it.
+  repliesTo: (req) => req.kind === 'status' || req.kind === 'setPulse',
+  matches(req, rep) {
+    if (req.kind === 'status') return rep.kind === 'status' && rep.board === req.board;
+    if (req.kind === 'setPulse') return rep.kind === 'pulseAck' && rep.board === req.board;
+    return false;
+  },
+
+  encodeRequest(req: LockRequest): Buffer {
+    switch (req.kind) {
+      case 'status':
+        checkBoard(req.board);
+        return frame(req.board << 4, CU16.READ_STATUS);
+      case 'unlock':
+        checkBoard(req.board);
+        checkLock(req.lock);
+        return frame((req.board << 4) | (req.lock - 1), CU16.UNLOCK);
+      case 'unlockAll':
+        checkBoard(req.board);
+        return frame(req.board << 4, CU16.UNLOCK_ALL);
+      case 'scan':
+        return frame(CU16.BUS_ADDR, CU16.SCAN);
+      case 'setPulse': {
+        checkBoard(req.board);
+        const units = Math.round(req.ms / 10);
+        if (units < 0 || units > 0xffff) throw new CodecError('OUT_OF_RANGE', `pulse ${req.ms} ms out of range`);
+        return frame(req.board << 4, CU16.SET_PULSE, [units >> 8, units & 0xff]);
+      }
+      default:
+        throw new CodecError('UNSUPPORTED', `kerong-cu16 cannot encode ${req.kind}`);
+    }
+  },
+
+  decodeRequest(f: Buffer): LockRequest {
+    checked(f, REQUEST_LENGTHS);
+    const addr = f[1];
+    const board = addr >> 4;
+    switch (f[2]) {
+      case CU16.READ_STATUS:
+        return { kind: 'status', board };
+      case CU16.UNLOCK:
+        return { kind: 'unlock', board, lock: (addr & 0x0f) + 1 };
+      case CU16.UNLOCK_ALL:
+        return { kind: 'unlockAll', board };
+      case CU16.SCAN:
+        return { kind: 'scan' };
+      default: // SET_PULSE
+        return { kind: 'setPulse', board, ms: ((f[3] << 8) | f[4]) * 10 };
+    }
+  },
+
+  encodeReply(rep: LockReply): Buffer {
+    checkBoard(rep.board);
+    if (rep.kind === 'status') {
+      const locks = bytesFromBits(rep.locks, 2);
+      const items = bytesFromBits(rep.items ?? [], 2);
+      return frame(rep.board << 4, CU16.STATUS_REPLY, [...locks, ...items]);
+    }
+    if (rep.kind === 'pulseAck') return frame(rep.board << 4, CU16.PULSE_REPLY);
+    throw new CodecError('UNSUPPORTED', `kerong-cu16 has no ${rep.kind} reply`);
+  },
+
+  decodeReply(f: Buffer): LockReply {
+    checked(f, REPLY_LENGTHS);
+    const board = f[1] >> 4;
+    if (f[2] === CU16.STATUS_REPLY) {
+      return { kind: 'status', board, locks: bitsFromBytes(f.subarray(3, 5)), items: bitsFromBytes(f.subarray(5, 7)) };
+    }
+    return { kind: 'pulseAck', board };
+  },
+
+  createParser(direction) {
+    return new StreamParser(rules(direction === 'requests' ? REQUEST_LENGTHS : REPLY_LENGTHS));
+  },
+};

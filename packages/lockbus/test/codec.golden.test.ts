@@ -1,0 +1,165 @@
+// Golden vectors: every byte sequence in shared/spec/lockbus.md, encoded and decoded exactly.
+import { describe, expect, it } from 'vitest';
+import {
+  CodecError,
+  dialects,
+  generic8a80,
+  kerong48,
+  kerongCu16,
+  wireTimeMs,
+  type Dialect,
+  type LockReply,
+  type LockRequest,
+} from '../src/index';
+
+const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
+const bits = (n: number, set: number[]) => Array.from({ length: n }, (_, i) => set.includes(i + 1));
+
+type ReqVector = { name: string; dialect: Dialect; req: LockRequest; bytes: string };
+type RepVector = { name: string; dialect: Dialect; rep: LockReply; bytes: string };
+
+const requestVectors: ReqVector[] = [
+  { name: 'CU16 unlock board 0 lock 1', dialect: kerongCu16, req: { kind: 'unlock', board: 0, lock: 1 }, bytes: '02 00 31 03 36' },
+  { name: 'CU16 unlock board 1 lock 5', dialect: kerongCu16, req: { kind: 'unlock', board: 1, lock: 5 }, bytes: '02 14 31 03 4A' },
+  { name: 'CU16 unlock board 0 lock 16', dialect: kerongCu16, req: { kind: 'unlock', board: 0, lock: 16 }, bytes: '02 0F 31 03 45' },
+  { name: 'CU16 status board 0', dialect: kerongCu16, req: { kind: 'status', board: 0 }, bytes: '02 00 30 03 35' },
+  { name: 'CU16 status board 2', dialect: kerongCu16, req: { kind: 'status', board: 2 }, bytes: '02 20 30 03 55' },
+  { name: 'CU16 unlock all board 0', dialect: kerongCu16, req: { kind: 'unlockAll', board: 0 }, bytes: '02 00 33 03 38' },
+  { name: 'CU16 bus scan', dialect: kerongCu16, req: { kind: 'scan' }, bytes: '02 F0 32 03 27' },
+  { name: 'CU16 set pulse 550 ms board 0', dialect: kerongCu16, req: { kind: 'setPulse', board: 0, ms: 550 }, bytes: '02 00 37 00 37 03 73' },
+  { name: 'K48 read status board 0', dialect: kerong48, req: { kind: 'status', board: 0 }, bytes: '02 00 00 60 03 65' },
+  { name: 'K48 unlock lock index 1 (lock 2)', dialect: kerong48, req: { kind: 'unlock', board: 0, lock: 2 }, bytes: '02 00 01 61 03 67' },
+  { name: '8A/80 unlock board 1 ch 1', dialect: generic8a80, req: { kind: 'unlock', board: 1, lock: 1 }, bytes: '8A 01 01 11 9B' },
+  { name: '8A/80 unlock board 2 ch 12', dialect: generic8a80, req: { kind: 'unlock', board: 2, lock: 12 }, bytes: '8A 02 0C 11 95' },
+  { name: '8A/80 read all board 1', dialect: generic8a80, req: { kind: 'status', board: 1 }, bytes: '80 01 00 33 B2' },
+];
+
+const replyVectors: RepVector[] = [
+  {
+    name: 'CU16 reply: lock 3 open, items in locks 1 and 10',
+    dialect: kerongCu16,
+    rep: { kind: 'status', board: 0, locks: bits(16, [1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]), items: bits(16, [1, 10]) },
+    bytes: '02 00 35 FB FF 01 02 03 37',
+  },
+  {
+    name: 'K48 capture reply: lock 1 closed, second bitmap bit 1',
+    dialect: kerong48,
+    rep: { kind: 'status', board: 0, locks: bits(48, [1]), items: bits(48, [1]) },
+    bytes: '02 00 00 75 01 00 00 00 00 00 01 00 00 00 00 00 03 7C',
+  },
+  { name: '8A/80 unlock ack board 1 ch 1 (00)', dialect: generic8a80, rep: { kind: 'unlockAck', board: 1, lock: 1, bit: false }, bytes: '8A 01 01 00 8A' },
+  { name: '8A/80 unlock ack board 2 ch 12 (00)', dialect: generic8a80, rep: { kind: 'unlockAck', board: 2, lock: 12, bit: false }, bytes: '8A 02 0C 00 84' },
+  { name: '8A/80 read all reply, 8-channel board, 3 status bytes', dialect: generic8a80, rep: { kind: 'status', board: 1, locks: bits(24, []), items: null }, bytes: '80 01 00 00 00 33 B2' },
+];
+
+describe('golden request vectors', () => {
+  for (const v of requestVectors) {
+    it(`${v.name}: encodes to ${v.bytes}`, () => {
+      expect(v.dialect.encodeRequest(v.req).toString('hex')).toBe(hex(v.bytes).toString('hex'));
+    });
+    it(`${v.name}: decodes back`, () => {
+      expect(v.dialect.decodeRequest(hex(v.bytes))).toEqual(v.req);
+    });
+    it(`${v.name}: the request parser finds exactly this frame`, () => {
+      const out = v.dialect.createParser('requests').push(hex(v.bytes));
+      expect(out).toEqual([{ ok: true, frame: hex(v.bytes) }]);
+    });
+  }
+});
+
+describe('golden reply vectors', () => {
+  for (const v of replyVectors) {
+    it(`${v.name}: encodes to ${v.bytes}`, () => {
+      expect(v.dialect.encodeReply(v.rep).toString('hex')).toBe(hex(v.bytes).toString('hex'));
+    });
+    it(`${v.name}: decodes back`, () => {
+      expect(v.dialect.decodeReply(hex(v.bytes))).toEqual(v.rep);
+    });
+    it(`${v.name}: the reply parser finds exactly this frame`, () => {
+      const out = v.dialect.createParser('replies').push(hex(v.bytes));
+      expect(out).toEqual([{ ok: true, frame: hex(v.bytes) }]);
+    });
+  }
+});
+
+describe('round trips', () => {
+  it('every CU16 unlock address (16 boards x 16 locks) round trips and sums correctly', () => {
+    for (let board = 0; board < 16; board++) {
+      for (let lock = 1; lock <= 16; lock++) {
+        const f = kerongCu16.encodeRequest({ kind: 'unlock', board, lock });
+        expect(f[1]).toBe((board << 4) | (lock - 1));
+        expect(kerongCu16.decodeRequest(f)).toEqual({ kind: 'unlock', board, lock });
+      }
+    }
+  });
+  it('status replies with arbitrary bits round trip in every dialect', () => {
+    for (const d of Object.values(dialects)) {
+      const n = d.name === 'generic-8a80' ? 24 : d.locksPerBoard;
+      const locks = Array.from({ length: n }, (_, i) => (i * 7) % 3 === 0);
+      const items = d.name === 'generic-8a80' ? null : Array.from({ length: n }, (_, i) => i % 5 === 1);
+      const board = d.boardRange[0] + 1;
+      const rep: LockReply = { kind: 'status', board, locks, items };
+      expect(d.decodeReply(d.encodeReply(rep))).toEqual(rep);
+    }
+  });
+  it('8A/80 read all with 50 channels uses 7 groups, highest first', () => {
+    const locks = bits(50, [1, 50]);
+    const f = generic8a80.encodeReply({ kind: 'status', board: 3, locks, items: null });
+    expect(f.length).toBe(4 + 7);
+    expect(f[2]).toBe(0x02); // channels 49..56: channel 50 = bit 1
+    expect(f[8]).toBe(0x01); // channels 1..8 last
+    const back = generic8a80.decodeReply(f);
+    expect(back.kind === 'status' && back.locks.slice(0, 50)).toEqual(locks);
+  });
+  it('8A/80 read one channel and its answer', () => {
+    const req: LockRequest = { kind: 'readLock', board: 4, lock: 7 };
+    const f = generic8a80.encodeRequest(req);
+    expect(f.toString('hex')).toBe('80040733' + (0x80 ^ 4 ^ 7 ^ 0x33).toString(16));
+    expect(generic8a80.decodeRequest(f)).toEqual(req);
+    const rep: LockReply = { kind: 'lockStatus', board: 4, lock: 7, bit: true };
+    expect(generic8a80.decodeReply(generic8a80.encodeReply(rep))).toEqual(rep);
+    expect(generic8a80.matches(req, rep)).toBe(true);
+  });
+  it('CU16 pulse ack round trips and matches setPulse', () => {
+    const rep: LockReply = { kind: 'pulseAck', board: 5 };
+    expect(kerongCu16.decodeReply(kerongCu16.encodeReply(rep))).toEqual(rep);
+    expect(kerongCu16.matches({ kind: 'setPulse', board: 5, ms: 500 }, rep)).toBe(true);
+    expect(kerongCu16.matches({ kind: 'setPulse', board: 4, ms: 500 }, rep)).toBe(false);
+  });
+});
+
+describe('errors carry codes', () => {
+  const code = (fn: () => unknown) => {
+    try {
+      fn();
+    } catch (e) {
+      expect(e).toBeInstanceOf(CodecError);
+      return (e as CodecError).code;
+    }
+    return 'no error';
+  };
+  it('out-of-range addresses', () => {
+    expect(code(() => kerongCu16.encodeRequest({ kind: 'unlock', board: 16, lock: 1 }))).toBe('OUT_OF_RANGE');
+    expect(code(() => kerongCu16.encodeRequest({ kind: 'unlock', board: 0, lock: 17 }))).toBe('OUT_OF_RANGE');
+    expect(code(() => generic8a80.encodeRequest({ kind: 'unlock', board: 0, lock: 1 }))).toBe('OUT_OF_RANGE');
+    expect(code(() => kerong48.encodeRequest({ kind: 'unlock', board: 0, lock: 49 }))).toBe('OUT_OF_RANGE');
+  });
+  it('unsupported requests', () => {
+    expect(code(() => kerong48.encodeRequest({ kind: 'unlockAll', board: 0 }))).toBe('UNSUPPORTED');
+    expect(code(() => kerongCu16.encodeRequest({ kind: 'readLock', board: 0, lock: 1 }))).toBe('UNSUPPORTED');
+  });
+  it('bad checksum and bad frames on decode', () => {
+    expect(code(() => kerongCu16.decodeReply(hex('02 00 35 FB FF 01 02 03 38')))).toBe('BAD_CHECKSUM');
+    expect(code(() => kerongCu16.decodeReply(hex('02 00 30 03 35')))).toBe('BAD_FRAME');
+    expect(code(() => generic8a80.decodeReply(hex('8A 01 01 00 8B')))).toBe('BAD_CHECKSUM');
+    expect(code(() => kerong48.decodeReply(hex('02 00 00 60 03 65')))).toBe('BAD_FRAME');
+  });
+});
+
+describe('wire time', () => {
+  it('matches the spec figures (section 6)', () => {
+    expect(wireTimeMs(1, 9600)).toBeCloseTo(1.0417, 3);
+    expect(wireTimeMs(5, 19200)).toBeCloseTo(2.604, 2);
+    expect(wireTimeMs(9, 19200)).toBeCloseTo(4.6875, 3);
+  });
+});
