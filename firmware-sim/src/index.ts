@@ -1,0 +1,12 @@
+// @locker/firmware-sim: a lock-board and scanner simulator reachable over real serial devices
+// (socat pseudo-terminals) or TCP. See firmware-sim/README.md.
+export { Simulator, validateOptions } from './simulator';
+export { SimBus, describeRequest, describeReply, hex } from './bus';
+export { SimLock, SimBoard } from './board';
+export { SimScanner, SUFFIXES } from './scanner';
+export { SimError, type SimErrorCode } from './errors';
+export { noFaults, GARBAGE_BYTES, type Faults, type LockRef } from './faults';
+export { doorStep, initialDoor, type DoorState, type DoorInput, type DoorEffect, type DoorEvent } from './door';
+export { charTimeMs, wireTimeMs, WirePacer } from './wire';
+export { liveSocatCount } from './pty';
+export type * from './types';

@@ -1,0 +1,134 @@
+// Pseudo-terminal pairs made by socat. Each pair has an agent end (the path handed to the edge
+// agent or the wiring-check CLI, standing in for /dev/ttyUSB0) and a simulator end that the
+// simulator opens itself with the `serialport` package. Killing socat makes both links vanish,
+// which is how unplug() is simulated; starting it again with the same link paths is replug().
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import type { Logger } from 'pino';
+import { SimError } from './errors';
+
+export const SOCAT_BIN = process.env.LOCKER_SIM_SOCAT ?? 'socat';
+
+// Every socat this process started, so that they die with it even on an abrupt exit.
+const live = new Set<ChildProcess>();
+let exitHookInstalled = false;
+
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.once('exit', () => {
+    for (const child of live) {
+      try {
+        child.kill('SIGTERM');
+      } catch {
+        // already gone
+      }
+    }
+  });
+}
+
+/** Number of socat processes this process currently owns (for tests and diagnostics). */
+export function liveSocatCount(): number {
+  return live.size;
+}
+
+function removeStaleLink(p: string): void {
+  try {
+    const st = fs.lstatSync(p);
+    // Only ever remove a symlink (a previous socat's link); never a real file or device.
+    if (st.isSymbolicLink()) fs.unlinkSync(p);
+    else throw new SimError('SIM_PATH_IN_USE', `${p} exists and is not a symlink`);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+}
+
+export class PtyPair {
+  private child: ChildProcess | null = null;
+  private exited: Promise<void> | null = null;
+
+  constructor(
+    readonly agentPath: string,
+    readonly simPath: string,
+    private readonly log: Logger,
+  ) {}
+
+  get running(): boolean {
+    return this.child !== null;
+  }
+
+  /** Starts socat and resolves once both links exist. */
+  async start(): Promise<void> {
+    if (this.child) return;
+    removeStaleLink(this.agentPath);
+    removeStaleLink(this.simPath);
+    installExitHook();
+    const args = [
+      '-d',
+      '-d',
+      `pty,raw,echo=0,link=${this.agentPath}`,
+      `pty,raw,echo=0,link=${this.simPath}`,
+    ];
+    const child = spawn(SOCAT_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    this.child = child;
+    live.add(child);
+    let stderr = '';
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (d: string) => {
+      stderr += d;
+      if (stderr.length > 4096) stderr = stderr.slice(-4096);
+    });
+    this.exited = new Promise<void>((resolve) => {
+      child.once('exit', (code, signal) => {
+        live.delete(child);
+        if (this.child === child) this.child = null;
+        this.log.debug({ code, signal }, 'socat exited');
+        resolve();
+      });
+    });
+    const spawnError = new Promise<never>((_, reject) => {
+      child.once('error', (err) => {
+        live.delete(child);
+        if (this.child === child) this.child = null;
+        const code = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'SIM_SOCAT_MISSING' : 'SIM_SOCAT_FAILED';
+        reject(new SimError(code, `cannot run ${SOCAT_BIN}: ${err.message} (apt-get install socat)`));
+      });
+    });
+    spawnError.catch(() => undefined);
+    const ready = (async () => {
+      const deadline = Date.now() + 5000;
+      for (;;) {
+        if (fs.existsSync(this.agentPath) && fs.existsSync(this.simPath)) return;
+        if (!this.child) throw new SimError('SIM_SOCAT_FAILED', `socat exited early: ${stderr.trim()}`);
+        if (Date.now() > deadline) throw new SimError('SIM_SOCAT_FAILED', `socat did not create ${this.agentPath}`);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    })();
+    try {
+      await Promise.race([ready, spawnError]);
+    } catch (err) {
+      await this.stop();
+      throw err;
+    }
+    this.log.debug({ agentPath: this.agentPath, pid: child.pid }, 'pty pair up');
+  }
+
+  /** Kills socat and waits until it has exited (its links are then gone). */
+  async stop(): Promise<void> {
+    const child = this.child;
+    const exited = this.exited;
+    if (!child) return;
+    child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 2000);
+    await exited;
+    clearTimeout(timer);
+    // socat removes its links on a clean exit; make sure they are gone after a SIGKILL too.
+    for (const p of [this.agentPath, this.simPath]) {
+      try {
+        if (fs.lstatSync(p).isSymbolicLink()) fs.unlinkSync(p);
+      } catch {
+        // gone already
+      }
+    }
+  }
+}
