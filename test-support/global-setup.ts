@@ -21,12 +21,6 @@ function reachable(host: string, port: number, timeoutMs = 1500): Promise<boolea
   });
 }
 
-declare module 'vitest' {
-  export interface ProvidedContext {
-    pgUrl: string | null;
-    mqttUrl: string | null;
-  }
-}
 
 export default async function setup(project: TestProject) {
   const pg = new URL(PG_URL);

@@ -1,0 +1,156 @@
+// Builds the central HTTP service as a fastify plugin. Only server.ts / service.ts listen.
+import crypto from 'node:crypto';
+import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import fp from 'fastify-plugin';
+import formbody from '@fastify/formbody';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import rateLimit from '@fastify/rate-limit';
+import { jsonSchemaTransform, serializerCompiler, validatorCompiler, hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import type { AppContext } from './context';
+import { ApiError } from './errors';
+import { PrincipalCache } from './auth/principal';
+import { tokenRoutes } from './api/token';
+import { pickupPointRoutes } from './api/pickup-points';
+import { accountRoutes } from './api/accounts';
+import { logisticsRoutes } from './api/logistics';
+import { platformRoutes } from './api/platform';
+import { idempotencyPlugin } from './http/idempotency';
+
+function envelopeError(reply: FastifyReply, status: number, code: string, message: string) {
+  return reply.code(status).type('application/json; charset=utf-8').send({ success: false, error: code, message });
+}
+
+function fieldPath(instancePath: string | undefined): string {
+  return (instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
+}
+
+export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
+  const principals = new PrincipalCache(ctx.db.kysely);
+  app.decorate('principals', principals);
+  app.decorateRequest('tenant', null as never);
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+
+  await app.register(formbody);
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: {
+        title: 'Locker Shipment and Account Integration API',
+        version: '1.0.0',
+        description: 'Tenant API of the parcel-locker platform. Every /v1/ call is a POST with a bearer token; every response carries the envelope {success, error, message}. See docs/api.md.',
+      },
+      components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer' } } },
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+
+  if (ctx.config.http.rateLimitPerMinute > 0) {
+    await app.register(rateLimit, {
+      max: ctx.config.http.rateLimitPerMinute,
+      timeWindow: 60_000,
+      keyGenerator: (req) => req.headers.authorization ?? req.ip,
+      errorResponseBuilder: (_req, c) => {
+        const err = new ApiError('RateLimited', `rate limit of ${c.max} requests per minute exceeded; retry after ${Math.ceil(c.ttl / 1000)} s`, 429);
+        return err;
+      },
+    });
+  }
+
+  // One log line per request, with its id; never bodies, never the Authorization header.
+  app.addHook('onResponse', async (req, reply) => {
+    req.log.info(
+      { ns: 'central.http', method: req.method, path: req.routeOptions.url ?? req.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, tenant: req.tenant?.clientId },
+      'request',
+    );
+  });
+  app.addHook('onSend', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+  });
+
+  // Authentication of /v1/ routes (route config auth: 'tenant').
+  app.addHook('onRequest', async (req) => {
+    if (req.routeOptions.config?.auth !== 'tenant') return;
+    const h = req.headers.authorization;
+    const m = h ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
+    if (!m) throw new ApiError('Unauthorized', 'missing bearer access token (Authorization: Bearer <token>)', 401);
+    const claims = ctx.tokens.verify(m[1]!);
+    if (!claims) throw new ApiError('Unauthorized', 'invalid or expired access token', 401);
+    const p = await principals.get(claims.sub);
+    if (!p) throw new ApiError('Unauthorized', 'the token belongs to no known client', 401);
+    req.tenant = p;
+  });
+
+  app.setNotFoundHandler((req, reply) => envelopeError(reply, 404, 'NotFound', `no such endpoint: ${req.method} ${req.url.split('?')[0]}`));
+
+  app.setErrorHandler((err: FastifyError, req: FastifyRequest, reply: FastifyReply) => {
+    if (err instanceof ApiError) {
+      for (const [k, v] of Object.entries(err.headers)) reply.header(k, v);
+      if (err.status === 429 && !reply.getHeader('retry-after')) reply.header('retry-after', String(reply.getHeader('x-ratelimit-reset') ?? 60));
+      return envelopeError(reply, err.status, err.code, err.message);
+    }
+    if (hasZodFastifySchemaValidationErrors(err) || err.validation) {
+      const v = (err.validation ?? [])[0] as { instancePath?: string; message?: string; params?: any } | undefined;
+      const path = fieldPath(v?.instancePath);
+      const where = err.validationContext && err.validationContext !== 'body' ? `${err.validationContext}.` : '';
+      const msg = path ? `${where}${path}: ${v?.message ?? 'invalid'}` : `request ${err.validationContext ?? 'body'}: ${v?.message ?? 'invalid'}`;
+      return envelopeError(reply, 400, 'InvalidRequest', msg);
+    }
+    if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE' || err.statusCode === 413) {
+      return envelopeError(reply, 413, 'InvalidRequest', `request body too large (limit ${ctx.config.http.bodyLimitBytes} bytes)`);
+    }
+    if (err.statusCode === 429) return envelopeError(reply.header('retry-after', '60'), 429, 'RateLimited', err.message);
+    if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
+      // Malformed JSON, unsupported media type, empty body and the like.
+      const msg = err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? `unsupported Content-Type ${req.headers['content-type'] ?? '(none)'}: send application/json` : `malformed request: ${err.message}`;
+      return envelopeError(reply, 400, 'InvalidRequest', msg);
+    }
+    if (err.code === 'FST_ERR_RESPONSE_SERIALIZATION' || (err as any).name === 'ResponseSerializationError') {
+      req.log.error({ ns: 'central.http', err: { message: err.message, code: err.code } }, 'response failed its schema');
+    } else {
+      req.log.error({ ns: 'central.http', err }, 'unhandled error');
+    }
+    return envelopeError(reply, 500, 'InternalError', `internal error (request ${req.id})`);
+  });
+
+  await idempotencyPlugin(app, ctx);
+
+  await app.register(async (scope) => tokenRoutes(scope, ctx));
+  await app.register(async (scope) => pickupPointRoutes(scope, ctx));
+  await app.register(async (scope) => accountRoutes(scope, ctx));
+  await app.register(async (scope) => logisticsRoutes(scope, ctx));
+  await app.register(async (scope) => platformRoutes(scope, ctx));
+
+  app.get('/health', { schema: { hide: true } }, async () => ({ success: true, error: null, message: null, status: 'ok' }));
+});
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    principals: PrincipalCache;
+  }
+}
+
+export interface BuildAppOptions {
+  /** log through ctx.log (default true); tests may pass false */
+  logRequests?: boolean;
+}
+
+export async function buildApp(ctx: AppContext, opts: BuildAppOptions = {}): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: opts.logRequests === false ? undefined : ctx.log.child({ ns: 'central.http' }),
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: ctx.config.http.bodyLimitBytes,
+    genReqId: (req) => {
+      const given = req.headers['x-request-id'];
+      return typeof given === 'string' && /^[A-Za-z0-9._-]{1,64}$/.test(given) ? given : crypto.randomUUID();
+    },
+    trustProxy: true,
+    ajv: { customOptions: { coerceTypes: false } },
+  });
+  await app.register(centralPlugin, { ctx });
+  await app.ready();
+  return app as unknown as FastifyInstance;
+}

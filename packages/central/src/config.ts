@@ -1,0 +1,176 @@
+// One configuration schema for the central service: defaults here, a file (JSON or YAML) over
+// them, environment variables over the file. A bad setting fails fast with a message that names
+// the key (file path or environment variable).
+import fs from 'node:fs';
+import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+
+export const ConfigSchema = z
+  .object({
+    environment: z.enum(['production', 'staging']).default('production'),
+    http: z
+      .object({
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.coerce.number().int().min(0).max(65535).default(8080),
+        bodyLimitBytes: z.coerce.number().int().positive().default(1_048_576),
+        uploadLimitBytes: z.coerce.number().int().positive().default(5 * 1_048_576),
+        rateLimitPerMinute: z.coerce.number().int().min(0).default(0),
+        publicBaseUrl: z.string().url().optional(),
+      })
+      .strict()
+      .default({} as never),
+    database: z
+      .object({
+        // A file path (SQLite, the embedded default) or a postgres:// URL (scale-out).
+        url: z.string().min(1).default('./data/locker.db'),
+        // SQLite durability: FULL survives a power cut; NORMAL is faster but may lose the last
+        // commits on power loss (never corrupts). Set explicitly on every open.
+        sqliteSynchronous: z.enum(['FULL', 'NORMAL', 'EXTRA']).default('FULL'),
+        poolSize: z.coerce.number().int().min(1).max(100).default(10),
+      })
+      .strict()
+      .default({} as never),
+    auth: z
+      .object({
+        tokenLifetimeSeconds: z.coerce.number().int().min(1).default(3600),
+        // HMAC key for access tokens; generated and stored in the database when absent, so
+        // several central instances sharing one database accept each other's tokens.
+        tokenSigningKey: z.string().min(32).optional(),
+      })
+      .strict()
+      .default({} as never),
+    log: z
+      .object({
+        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        pretty: z.coerce.boolean().default(false),
+      })
+      .strict()
+      .default({} as never),
+    shipments: z
+      .object({
+        // A booking not dropped off within this many hours expires and releases its locker.
+        dropOffDeadlineHours: z.coerce.number().positive().default(72),
+        expirySweepSeconds: z.coerce.number().positive().default(60),
+      })
+      .strict()
+      .default({} as never),
+    callbacks: z
+      .object({
+        enabled: z.coerce.boolean().default(true),
+        initialBackoffMs: z.coerce.number().int().positive().default(1000),
+        maxBackoffMs: z.coerce.number().int().positive().default(15 * 60_000),
+        requestTimeoutMs: z.coerce.number().int().positive().default(10_000),
+        pollIntervalMs: z.coerce.number().int().positive().default(500),
+      })
+      .strict()
+      .default({} as never),
+    mqtt: z
+      .object({
+        // embedded: an aedes broker inside the central service; external: connect to url.
+        mode: z.enum(['embedded', 'external', 'off']).default('embedded'),
+        url: z.string().default('mqtt://127.0.0.1:1883'),
+        port: z.coerce.number().int().min(0).max(65535).default(1883),
+        host: z.string().default('0.0.0.0'),
+      })
+      .strict()
+      .default({} as never),
+  })
+  .strict();
+
+export type Config = z.infer<typeof ConfigSchema>;
+export type ConfigInput = z.input<typeof ConfigSchema>;
+
+export class ConfigError extends Error {
+  readonly code = 'CONFIG_INVALID';
+}
+
+/** Environment variables that override the file: LOCKER_<SECTION>_<KEY> (upper snake case). */
+export const ENV_MAP: Record<string, [string, string] | [string]> = {
+  LOCKER_ENVIRONMENT: ['environment'],
+  LOCKER_HTTP_HOST: ['http', 'host'],
+  LOCKER_HTTP_PORT: ['http', 'port'],
+  LOCKER_HTTP_BODY_LIMIT_BYTES: ['http', 'bodyLimitBytes'],
+  LOCKER_HTTP_UPLOAD_LIMIT_BYTES: ['http', 'uploadLimitBytes'],
+  LOCKER_HTTP_RATE_LIMIT_PER_MINUTE: ['http', 'rateLimitPerMinute'],
+  LOCKER_HTTP_PUBLIC_BASE_URL: ['http', 'publicBaseUrl'],
+  LOCKER_DATABASE_URL: ['database', 'url'],
+  LOCKER_DATABASE_SQLITE_SYNCHRONOUS: ['database', 'sqliteSynchronous'],
+  LOCKER_DATABASE_POOL_SIZE: ['database', 'poolSize'],
+  LOCKER_AUTH_TOKEN_LIFETIME_SECONDS: ['auth', 'tokenLifetimeSeconds'],
+  LOCKER_AUTH_TOKEN_SIGNING_KEY: ['auth', 'tokenSigningKey'],
+  LOCKER_LOG_LEVEL: ['log', 'level'],
+  LOCKER_LOG_PRETTY: ['log', 'pretty'],
+  LOCKER_SHIPMENTS_DROP_OFF_DEADLINE_HOURS: ['shipments', 'dropOffDeadlineHours'],
+  LOCKER_CALLBACKS_ENABLED: ['callbacks', 'enabled'],
+  LOCKER_MQTT_MODE: ['mqtt', 'mode'],
+  LOCKER_MQTT_URL: ['mqtt', 'url'],
+  LOCKER_MQTT_PORT: ['mqtt', 'port'],
+};
+
+function readFile(file: string): Record<string, unknown> {
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new ConfigError(`cannot read config file ${file}: ${(e as Error).message}`);
+  }
+  try {
+    const parsed = /\.ya?ml$/i.test(file) ? parseYaml(text) : JSON.parse(text);
+    if (parsed == null) return {};
+    if (typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('top level must be an object');
+    return parsed as Record<string, unknown>;
+  } catch (e) {
+    throw new ConfigError(`config file ${file} is not valid ${/\.ya?ml$/i.test(file) ? 'YAML' : 'JSON'}: ${(e as Error).message}`);
+  }
+}
+
+export interface LoadConfigOptions {
+  file?: string;
+  env?: NodeJS.ProcessEnv;
+  overrides?: ConfigInput;
+}
+
+function merge(a: any, b: any): any {
+  if (b === undefined) return a;
+  if (a && b && typeof a === 'object' && typeof b === 'object' && !Array.isArray(a) && !Array.isArray(b)) {
+    const out: any = { ...a };
+    for (const [k, v] of Object.entries(b)) out[k] = merge(a[k], v);
+    return out;
+  }
+  return b;
+}
+
+export function loadConfig(opts: LoadConfigOptions = {}): Config {
+  const env = opts.env ?? process.env;
+  const file = opts.file ?? env.LOCKER_CONFIG;
+  let raw: any = file ? readFile(path.resolve(file)) : {};
+  const fromEnv: any = {};
+  const origin = new Map<string, string>();
+  for (const [name, keyPath] of Object.entries(ENV_MAP)) {
+    const v = env[name];
+    if (v === undefined || v === '') continue;
+    origin.set(keyPath.join('.'), `environment variable ${name}`);
+    if (keyPath.length === 1) fromEnv[keyPath[0]] = v;
+    else (fromEnv[keyPath[0]] ??= {})[keyPath[1]!] = v;
+  }
+  for (const k of Object.keys(env)) {
+    if (k.startsWith('LOCKER_') && !(k in ENV_MAP) && k !== 'LOCKER_CONFIG' && !k.startsWith('LOCKER_TEST_') && k !== 'LOCKER_REQUIRE_SERVICES') {
+      throw new ConfigError(`unknown environment variable ${k}: known ones are ${Object.keys(ENV_MAP).join(', ')}`);
+    }
+  }
+  raw = merge(merge(raw, fromEnv), opts.overrides);
+  const res = ConfigSchema.safeParse(raw);
+  if (!res.success) {
+    const issue = res.error.issues[0]!;
+    const key = issue.path.join('.') || (issue as any).keys?.join(', ') || '(root)';
+    const where = origin.get(key) ?? (file ? `config file ${file}` : 'configuration');
+    const unknown = issue.code === 'unrecognized_keys' ? `unknown setting ${[...issue.path, ...(issue as any).keys].join('.')}` : `setting ${key}`;
+    throw new ConfigError(`invalid ${unknown} (from ${where}): ${issue.message}`);
+  }
+  return res.data;
+}
+
+export function isPostgresUrl(url: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(url);
+}

@@ -1,0 +1,94 @@
+// Opens the store: SQLite (better-sqlite3, WAL, synchronous set explicitly on every open) for a
+// file path, PostgreSQL (pg pool) for a postgres:// URL. Both behind the same Kysely<Database>.
+import fs from 'node:fs';
+import path from 'node:path';
+import BetterSqlite3 from 'better-sqlite3';
+import { Kysely, Migrator, PostgresDialect, SqliteDialect, type MigrationProvider, type Migration } from 'kysely';
+import pg from 'pg';
+import type { Database } from './schema';
+import { migrations as allMigrations } from './migrations/index';
+
+export type Engine = 'sqlite' | 'postgres';
+
+export interface Db {
+  readonly kysely: Kysely<Database>;
+  readonly engine: Engine;
+  /** Applies pending migrations; returns the names applied. */
+  migrate(): Promise<string[]>;
+  close(): Promise<void>;
+  /** The raw better-sqlite3 handle (SQLite only), for engine-specific work such as group commit. */
+  readonly sqlite?: BetterSqlite3.Database;
+  readonly pool?: pg.Pool;
+}
+
+export interface OpenDatabaseOptions {
+  url: string;
+  sqliteSynchronous?: 'FULL' | 'NORMAL' | 'EXTRA';
+  poolSize?: number;
+  /** PostgreSQL schema to use (created if missing); tests use one per test file. */
+  pgSchema?: string;
+}
+
+class StaticProvider implements MigrationProvider {
+  constructor(private readonly list: Record<string, Migration>) {}
+  async getMigrations() {
+    return this.list;
+  }
+}
+
+// Integers from COUNT(*) and bigint columns come back from pg as strings; numeric too.
+pg.types.setTypeParser(20, (v) => Number(v));
+pg.types.setTypeParser(1700, (v) => Number(v));
+
+export class DatabaseError extends Error {
+  readonly code = 'DB_OPEN_FAILED';
+}
+
+export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
+  const isPg = /^postgres(ql)?:\/\//i.test(opts.url);
+  if (isPg) {
+    const schema = opts.pgSchema;
+    if (schema && !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new DatabaseError(`invalid PostgreSQL schema name ${schema}`);
+    const pool = new pg.Pool({
+      connectionString: opts.url,
+      max: opts.poolSize ?? 10,
+      ...(schema ? { options: `-c search_path=${schema}` } : {}),
+    });
+    pool.on('error', () => {
+      /* idle client errors are surfaced on the next query */
+    });
+    if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
+    const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+    return makeDb(kysely, 'postgres', { pool });
+  }
+  const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');
+  if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+  const sqlite = new BetterSqlite3(file);
+  sqlite.pragma('journal_mode = WAL');
+  sqlite.pragma(`synchronous = ${opts.sqliteSynchronous ?? 'FULL'}`);
+  sqlite.pragma('busy_timeout = 5000');
+  sqlite.pragma('foreign_keys = ON');
+  const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  return makeDb(kysely, 'sqlite', { sqlite });
+}
+
+function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool }): Db {
+  return {
+    kysely,
+    engine,
+    ...extra,
+    async migrate() {
+      const migrator = new Migrator({ db: kysely, provider: new StaticProvider(allMigrations) });
+      const { error, results } = await migrator.migrateToLatest();
+      if (error) throw error;
+      return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+    },
+    async close() {
+      await kysely.destroy();
+    },
+  };
+}
+
+/** Both engines: integers 0/1 for booleans. */
+export const toBool = (b: boolean): 0 | 1 => (b ? 1 : 0);
+export const fromBool = (v: unknown): boolean => v === 1 || v === true || v === '1';

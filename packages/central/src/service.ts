@@ -1,0 +1,87 @@
+// The central service: opens the store, migrates, builds the app and its workers. Constructor
+// only assigns; start() does the work; stop() shuts down in reverse order.
+import crypto from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import type { Config } from './config';
+import { openDatabase, type Db } from './db/database';
+import { createLogger, type Logger } from './logger';
+import { systemClock, type Clock } from './clock';
+import { TokenService } from './auth/tokens';
+import { DisconnectedTerminalGateway, type TerminalGateway } from './terminals/gateway';
+import type { AppContext, Worker } from './context';
+import { buildApp } from './app';
+
+export interface CentralServiceOptions {
+  config: Config;
+  log?: Logger;
+  clock?: Clock;
+  terminals?: TerminalGateway;
+  /** PostgreSQL schema (tests isolate themselves in one) */
+  pgSchema?: string;
+  /** start the background workers (default true) */
+  startWorkers?: boolean;
+}
+
+/** Factories other areas register to add their workers (outbox delivery, expiry, MQTT sync). */
+export type WorkerFactory = (ctx: AppContext) => Worker | null;
+const workerFactories: WorkerFactory[] = [];
+export function registerWorkerFactory(f: WorkerFactory): void {
+  if (!workerFactories.includes(f)) workerFactories.push(f);
+}
+
+async function signingKey(db: Db, configured: string | undefined): Promise<Buffer> {
+  if (configured) return Buffer.from(configured, 'utf8');
+  const k = db.kysely;
+  const row = await k.selectFrom('settings').select('value').where('key', '=', 'token_signing_key').executeTakeFirst();
+  if (row) return Buffer.from(row.value, 'base64');
+  const fresh = crypto.randomBytes(32).toString('base64');
+  await k.insertInto('settings').values({ key: 'token_signing_key', value: fresh }).onConflict((oc) => oc.column('key').doNothing()).execute();
+  const stored = await k.selectFrom('settings').select('value').where('key', '=', 'token_signing_key').executeTakeFirstOrThrow();
+  return Buffer.from(stored.value, 'base64');
+}
+
+export class CentralService {
+  ctx!: AppContext;
+  app!: FastifyInstance;
+  private started = false;
+
+  constructor(private readonly opts: CentralServiceOptions) {}
+
+  async start(): Promise<AppContext> {
+    const { config } = this.opts;
+    const log = this.opts.log ?? createLogger({ level: config.log.level, pretty: config.log.pretty });
+    const clock = this.opts.clock ?? systemClock;
+    const db = await openDatabase({ url: config.database.url, sqliteSynchronous: config.database.sqliteSynchronous, poolSize: config.database.poolSize, pgSchema: this.opts.pgSchema });
+    const applied = await db.migrate();
+    if (applied.length) log.info({ ns: 'central.db', applied }, 'migrations applied');
+    const tokens = new TokenService(await signingKey(db, config.auth.tokenSigningKey), config.auth.tokenLifetimeSeconds, clock);
+    this.ctx = { config, db, log, clock, tokens, terminals: this.opts.terminals ?? new DisconnectedTerminalGateway(), workers: [] };
+    for (const f of workerFactories) {
+      const w = f(this.ctx);
+      if (w) this.ctx.workers.push(w);
+    }
+    this.app = await buildApp(this.ctx);
+    if (this.opts.startWorkers !== false) for (const w of this.ctx.workers) await w.start();
+    this.started = true;
+    return this.ctx;
+  }
+
+  /** Listens on the configured host and port; returns the address. */
+  async listen(): Promise<string> {
+    return this.app.listen({ host: this.ctx.config.http.host, port: this.ctx.config.http.port });
+  }
+
+  async stop(): Promise<void> {
+    if (!this.started) return;
+    this.started = false;
+    for (const w of [...this.ctx.workers].reverse()) {
+      try {
+        await w.stop();
+      } catch (err) {
+        this.ctx.log.error({ ns: 'central.service', err, worker: w.name }, 'worker failed to stop');
+      }
+    }
+    await this.app.close();
+    await this.ctx.db.close();
+  }
+}
