@@ -1,0 +1,101 @@
+// locker-sim: run the lock-board / scanner simulator from a terminal.
+//   npx tsx firmware-sim/src/cli.ts [options]      (see --help)
+// Prints the device paths for the agent, then reads commands from stdin (type "help").
+import readline from 'node:readline';
+import pino from 'pino';
+import { runCommand, type CommandContext } from './commands';
+import { parseArgs, USAGE } from './config';
+import { SimError } from './errors';
+import { suffixName } from './scanner';
+import { Simulator } from './simulator';
+
+async function main(): Promise<number> {
+  let cfg;
+  try {
+    cfg = parseArgs(process.argv.slice(2));
+  } catch (err) {
+    console.error(`locker-sim: ${(err as Error).message}`);
+    return 2;
+  }
+  if (cfg.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  const logger = pino({ level: cfg.logLevel, base: { service: 'locker-sim' } }, pino.destination(2));
+  const sim = new Simulator({ ...cfg.options, logger });
+  const ctx: CommandContext = { sim, bus: cfg.options.buses[0]?.name ?? '', frames: cfg.frames, quit: false };
+  sim.on('frame', (e) => {
+    if (ctx.frames) console.log(`[${e.bus}] ${e.dir === 'rx' ? 'host->board' : 'board->host'} ${e.hex}  ${e.meaning}`);
+  });
+  sim.on('door', (e) => {
+    if (ctx.frames) console.log(`[${e.bus}] board ${e.board} lock ${e.lock}: ${e.event}`);
+  });
+
+  try {
+    await sim.start();
+  } catch (err) {
+    const code = err instanceof SimError ? ` [${err.code}]` : '';
+    console.error(`locker-sim: cannot start${code}: ${(err as Error).message}`);
+    return 1;
+  }
+
+  for (const name of sim.busNames()) {
+    const b = sim.bus(name);
+    const where = b.path ?? `tcp://127.0.0.1:${b.tcpPort}`;
+    console.log(
+      `bus ${name} (${b.dialect.name}, ${b.baudRate} baud, ${b.polarity}, boards ${b.boardAddresses.join(',')}): ${where}`,
+    );
+  }
+  for (const name of sim.scannerNames()) {
+    const s = sim.scanner(name);
+    console.log(`scanner ${name} (suffix ${suffixName(s.suffix)}): ${s.path}`);
+  }
+  console.log('ready; type "help" for commands');
+
+  let stopping: Promise<void> | null = null;
+  const shutdown = (code: number) => {
+    stopping ??= sim.stop().finally(() => process.exit(code));
+    return stopping;
+  };
+  process.once('SIGINT', () => void shutdown(130));
+  process.once('SIGTERM', () => void shutdown(143));
+
+  if (!cfg.repl) return new Promise<number>(() => undefined);
+
+  const rl = readline.createInterface({ input: process.stdin, output: process.stdout, terminal: process.stdin.isTTY === true });
+  if (process.stdin.isTTY) {
+    rl.setPrompt('sim> ');
+    rl.prompt();
+  }
+  // Commands run one after another, in the order typed.
+  let queue = Promise.resolve();
+  rl.on('line', (line) => {
+    queue = queue.then(async () => {
+      if (ctx.quit) return;
+      try {
+        const out = await runCommand(ctx, line);
+        if (out) console.log(out);
+      } catch (err) {
+        const code = err instanceof SimError ? err.code : 'ERROR';
+        console.log(`error [${code}]: ${(err as Error).message}`);
+      }
+      if (ctx.quit) {
+        rl.close();
+        await shutdown(0);
+      } else if (process.stdin.isTTY) rl.prompt();
+    });
+  });
+  rl.on('close', () => {
+    // Ctrl-D at a terminal quits; a closed pipe (e.g. started with </dev/null) keeps running until a signal.
+    if (process.stdin.isTTY) void queue.then(() => shutdown(0));
+  });
+  return new Promise<number>(() => undefined);
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
