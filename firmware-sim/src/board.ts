@@ -1,5 +1,6 @@
 // Boards and locks of a simulated bus. Each lock runs the pure door model (door.ts); this file
 // only owns the timers that the model asks for and reports what happened.
+import { SimError } from './errors';
 import { doorStep, initialDoor, type DoorContext, type DoorEvent, type DoorInput, type DoorState } from './door';
 
 export interface LockEnv {
@@ -99,7 +100,14 @@ export class SimBoard {
     this.locks = Array.from({ length: lockCount }, (_, i) => new SimLock(address, i + 1, env));
   }
 
-  lock(n: number): SimLock | undefined {
+  /** Lock n (1-based); throws SimError('SIM_UNKNOWN_LOCK') if the board has no such lock. */
+  lock(n: number): SimLock {
+    const l = this.locks[n - 1];
+    if (!l) throw new SimError('SIM_UNKNOWN_LOCK', `board ${this.address} has no lock ${n}`);
+    return l;
+  }
+
+  findLock(n: number): SimLock | undefined {
     return this.locks[n - 1];
   }
 }

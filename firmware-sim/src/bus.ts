@@ -147,19 +147,11 @@ export class SimBus {
     this.autoCloseMs = ms;
   }
 
-  board(addr: number): { address: number; pulseMs: number; locks: SimLock[]; lock(n: number): SimLock } {
+  /** Board at `addr`; throws SimError('SIM_UNKNOWN_BOARD') if there is none on this bus. */
+  board(addr: number): SimBoard {
     const b = this.boards.get(addr);
     if (!b) throw new SimError('SIM_UNKNOWN_BOARD', `bus ${this.name} has no board ${addr}`);
-    return {
-      address: b.address,
-      pulseMs: b.pulseMs,
-      locks: b.locks,
-      lock: (n: number) => {
-        const l = b.lock(n);
-        if (!l) throw new SimError('SIM_UNKNOWN_LOCK', `board ${addr} on bus ${this.name} has no lock ${n}`);
-        return l;
-      },
-    };
+    return b;
   }
 
   /** Shorthand for board(b).lock(l). */
@@ -169,6 +161,16 @@ export class SimBus {
 
   async start(): Promise<void> {
     await this.link.start();
+  }
+
+  /** Back to power-on: every door shut and latched, no items, pulse 500 ms, no faults. */
+  reset(): void {
+    this.f = noFaults();
+    this.parser.reset();
+    for (const b of this.boards.values()) {
+      b.pulseMs = 500;
+      for (const l of b.locks) l.reset();
+    }
   }
 
   async stop(): Promise<void> {
@@ -254,7 +256,7 @@ export class SimBus {
           replies.push({ rep: this.statusOf(b), lockCount: b.locks.length });
           break;
         case 'unlock': {
-          const l = b.lock(req.lock);
+          const l = b.findLock(req.lock);
           if (!l) {
             this.log.debug({ board: b.address, lock: req.lock }, 'lock not fitted: ignored');
             return;
@@ -274,7 +276,7 @@ export class SimBus {
           });
           break;
         case 'readLock': {
-          const l = b.lock(req.lock);
+          const l = b.findLock(req.lock);
           if (!l) return;
           replies.push({
             rep: { kind: 'lockStatus', board: b.address, lock: req.lock, bit: this.wireBit(l.state.latched) },
