@@ -36,7 +36,7 @@ describe('scanner on a pty', () => {
     ['\n', 'LF'],
     ['\r\n', 'CRLF'],
     ['', 'none'],
-  ] as const)('sends the code followed by suffix %j (%s)', async (suffix) => {
+  ] as const)('sends the code followed by suffix %j (%s)', async (suffix, _name) => {
     const h = hosts.hw!;
     h.clear();
     await hw.scan('PKG-4711', { suffix });
