@@ -19,7 +19,7 @@ export const ConfigSchema = z
         publicBaseUrl: z.string().url().optional(),
       })
       .strict()
-      .default({} as never),
+      .prefault({}),
     database: z
       .object({
         // A file path (SQLite, the embedded default) or a postgres:// URL (scale-out).
@@ -30,7 +30,7 @@ export const ConfigSchema = z
         poolSize: z.coerce.number().int().min(1).max(100).default(10),
       })
       .strict()
-      .default({} as never),
+      .prefault({}),
     auth: z
       .object({
         tokenLifetimeSeconds: z.coerce.number().int().min(1).default(3600),
@@ -39,14 +39,14 @@ export const ConfigSchema = z
         tokenSigningKey: z.string().min(32).optional(),
       })
       .strict()
-      .default({} as never),
+      .prefault({}),
     log: z
       .object({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
         pretty: z.coerce.boolean().default(false),
       })
       .strict()
-      .default({} as never),
+      .prefault({}),
     shipments: z
       .object({
         // A booking not dropped off within this many hours expires and releases its locker.
@@ -54,7 +54,7 @@ export const ConfigSchema = z
         expirySweepSeconds: z.coerce.number().positive().default(60),
       })
       .strict()
-      .default({} as never),
+      .prefault({}),
     callbacks: z
       .object({
         enabled: z.coerce.boolean().default(true),
@@ -64,7 +64,7 @@ export const ConfigSchema = z
         pollIntervalMs: z.coerce.number().int().positive().default(500),
       })
       .strict()
-      .default({} as never),
+      .prefault({}),
     mqtt: z
       .object({
         // embedded: an aedes broker inside the central service; external: connect to url.
@@ -74,7 +74,7 @@ export const ConfigSchema = z
         host: z.string().default('0.0.0.0'),
       })
       .strict()
-      .default({} as never),
+      .prefault({}),
   })
   .strict();
 

@@ -2,6 +2,7 @@
 import type { Config } from './config';
 import { CentralService } from './service';
 import { createLogger } from './logger';
+import { systemdNotifier } from './systemd';
 
 export async function runServer(config: Config, hooks: { afterStart?: (svc: CentralService, address: string) => Promise<void> | void } = {}) {
   const log = createLogger({ level: config.log.level, pretty: config.log.pretty });
@@ -10,11 +11,16 @@ export async function runServer(config: Config, hooks: { afterStart?: (svc: Cent
   const address = await svc.listen();
   log.info({ ns: 'central.server', address, environment: config.environment, database: svc.ctx.db.engine }, 'central service listening');
   await hooks.afterStart?.(svc, address);
+  const notifier = systemdNotifier();
+  notifier.ready(`listening on ${address}`);
+  notifier.startWatchdog();
   let stopping = false;
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ ns: 'central.server', signal }, 'shutting down');
+    notifier.stopping();
+    notifier.stop();
     const t = setTimeout(() => process.exit(1), 15_000);
     t.unref();
     try {

@@ -196,7 +196,7 @@ export async function applyProvisioning(db: Kysely<Database>, input: Provisionin
       const drop = [...have].filter((u) => !want.has(u));
       if (add.length) await trx.insertInto('tenant_pups').values(add.map((pup_uid) => ({ tenant_uid: tenantUid, pup_uid }))).execute();
       if (drop.length) await trx.deleteFrom('tenant_pups').where('tenant_uid', '=', tenantUid).where('pup_uid', 'in', drop).execute();
-      if (add.length || drop.length) note('updated', `pick up points of tenant ${t.clientId}`);
+      if (existing && (add.length || drop.length)) note('updated', `pick up points of tenant ${t.clientId}`);
 
       // The dispatcher account is linked to every PUP of its tenant.
       const acctLinks = new Set((await trx.selectFrom('account_pups').select('pup_uid').where('account_uid', '=', acct.uid).execute()).map((r) => r.pup_uid));
