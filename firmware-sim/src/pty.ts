@@ -11,6 +11,20 @@ export const SOCAT_BIN = process.env.LOCKER_SIM_SOCAT ?? 'socat';
 
 // Every socat this process started, so that they die with it even on an abrupt exit.
 const live = new Set<ChildProcess>();
+
+const GUARD = [
+  'exec 3<&0',
+  '"$@" &',
+  'p=$!',
+  "trap 'kill -TERM $p 2>/dev/null' TERM INT HUP",
+  '( read _ <&3; kill -TERM $p 2>/dev/null ) &',
+  'w=$!',
+  's=0',
+  'while kill -0 $p 2>/dev/null; do wait $p; s=$?; done',
+  'kill $w 2>/dev/null',
+  'exit $s',
+].join('\n');
+
 let exitHookInstalled = false;
 
 function installExitHook(): void {
@@ -46,6 +60,7 @@ function removeStaleLink(p: string): void {
 export class PtyPair {
   private child: ChildProcess | null = null;
   private exited: Promise<void> | null = null;
+  private exitCode: number | null = null;
 
   constructor(
     readonly agentPath: string,
@@ -69,9 +84,13 @@ export class PtyPair {
       `pty,raw,echo=0,link=${this.agentPath}`,
       `pty,raw,echo=0,link=${this.simPath}`,
     ];
-    const child = spawn(SOCAT_BIN, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    // socat runs under a small sh guard that holds a pipe from this process on fd 3: if this
+    // process dies without cleaning up (even SIGKILL), the pipe closes and the guard stops socat.
+    // SIGTERM to the guard stops socat and waits for it, so its links are gone when it exits.
+    const child = spawn('/bin/sh', ['-c', GUARD, 'locker-sim-pty', SOCAT_BIN, ...args], { stdio: ['pipe', 'ignore', 'pipe'] });
     this.child = child;
     live.add(child);
+    child.stdin?.on('error', () => undefined);
     let stderr = '';
     child.stderr?.setEncoding('utf8');
     child.stderr?.on('data', (d: string) => {
@@ -81,6 +100,8 @@ export class PtyPair {
     this.exited = new Promise<void>((resolve) => {
       child.once('exit', (code, signal) => {
         live.delete(child);
+        child.stdin?.destroy();
+        this.exitCode = code;
         if (this.child === child) this.child = null;
         this.log.debug({ code, signal }, 'socat exited');
         resolve();
@@ -99,7 +120,10 @@ export class PtyPair {
       const deadline = Date.now() + 5000;
       for (;;) {
         if (fs.existsSync(this.agentPath) && fs.existsSync(this.simPath)) return;
-        if (!this.child) throw new SimError('SIM_SOCAT_FAILED', `socat exited early: ${stderr.trim()}`);
+        if (!this.child) {
+          const missing = this.exitCode === 127 || /not found/.test(stderr);
+          throw new SimError(missing ? 'SIM_SOCAT_MISSING' : 'SIM_SOCAT_FAILED', `socat exited early: ${stderr.trim()}${missing ? ' (apt-get install socat)' : ''}`);
+        }
         if (Date.now() > deadline) throw new SimError('SIM_SOCAT_FAILED', `socat did not create ${this.agentPath}`);
         await new Promise((r) => setTimeout(r, 10));
       }
@@ -119,7 +143,10 @@ export class PtyPair {
     const exited = this.exited;
     if (!child) return;
     child.kill('SIGTERM');
-    const timer = setTimeout(() => child.kill('SIGKILL'), 2000);
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      child.stdin?.destroy(); // the orphaned guard's reader sees EOF and stops socat
+    }, 2000);
     await exited;
     clearTimeout(timer);
     // socat removes its links on a clean exit; make sure they are gone after a SIGKILL too.
