@@ -1,1 +1,6 @@
 export * from './codec/index';
+export * from './errors';
+export * from './transport/index';
+export * from './driver/board-state';
+export * from './driver/lock-bus';
+export { LockBusManager } from './driver/manager';

@@ -1,0 +1,200 @@
+// Per-board lock state as a pure state machine: boardStep(state, input, cfg) -> { state, events }.
+// The driver feeds it poll results, failed polls, sent unlocks and clock ticks; it never does I/O.
+//
+// One wire bit per lock says "latched / closed" (after polarity). A released latch is not an open
+// door: right after an unlock the bit drops for the pulse time even when the door does not move
+// (jammed), so a low bit seen within `releaseGraceMs` of an unlock only counts as "latch
+// released". A low bit seen later, or with no unlock pending, is an open door.
+
+export type DoorState = 'open' | 'closed' | 'unknown';
+export type LatchState = 'engaged' | 'released' | 'unknown';
+
+export interface LockView {
+  lock: number;
+  door: DoorState;
+  latch: LatchState;
+  item: boolean | null;
+}
+
+interface LockMem {
+  door: 'open' | 'closed' | null; // last known (null = never seen)
+  latch: 'engaged' | 'released' | null;
+  item: boolean | null;
+  unlockAt: number | null; // pending unlock, not yet confirmed by an opening
+  sawRelease: boolean; // latch seen released since that unlock
+  lastCommandAt: number | null;
+  openSince: number | null;
+  leftOpenReported: boolean;
+}
+
+export interface BoardState {
+  board: number;
+  online: boolean | null; // null = not polled yet
+  failures: number;
+  locks: LockMem[];
+}
+
+export interface BoardConfig {
+  /** Consecutive failed polls before the board is declared offline. */
+  offlineAfter: number;
+  /** A low bit within this long after an unlock is the latch, not yet the door. */
+  releaseGraceMs: number;
+  /** No opening within this long after an unlock: jam. */
+  jamWindowMs: number;
+  /** A door open longer than this: doorLeftOpen (null = never). */
+  doorLeftOpenMs: number | null;
+  /** An item or door change within this long after a command is not "forced". */
+  commandWindowMs: number;
+}
+
+export type BoardInput =
+  | { kind: 'poll'; at: number; closed: boolean[]; items: boolean[] | null }
+  | { kind: 'pollFailed'; at: number; error: string }
+  | { kind: 'unlockSent'; at: number; lock: number | 'all' }
+  | { kind: 'tick'; at: number };
+
+export type BoardEvent =
+  | { type: 'doorOpened'; board: number; lock: number; commanded: boolean }
+  | { type: 'doorClosed'; board: number; lock: number }
+  | { type: 'itemPlaced'; board: number; lock: number }
+  | { type: 'itemRemoved'; board: number; lock: number }
+  | { type: 'jam'; board: number; lock: number; afterMs: number; cause: 'latch-not-released' | 'door-did-not-open' }
+  | { type: 'doorLeftOpen'; board: number; lock: number; openMs: number }
+  | { type: 'forcedOpen'; board: number; lock: number; reason: 'door' | 'item' }
+  | { type: 'boardOffline'; board: number; failures: number; error: string }
+  | { type: 'boardOnline'; board: number };
+
+export function initialBoard(board: number, lockCount: number): BoardState {
+  return {
+    board,
+    online: null,
+    failures: 0,
+    locks: Array.from({ length: lockCount }, () => ({
+      door: null,
+      latch: null,
+      item: null,
+      unlockAt: null,
+      sawRelease: false,
+      lastCommandAt: null,
+      openSince: null,
+      leftOpenReported: false,
+    })),
+  };
+}
+
+export function viewLocks(s: BoardState): LockView[] {
+  const known = s.online === true;
+  return s.locks.map((l, i) => ({
+    lock: i + 1,
+    door: known && l.door ? l.door : 'unknown',
+    latch: known && l.latch ? l.latch : 'unknown',
+    item: known ? l.item : null,
+  }));
+}
+
+function commanded(l: LockMem, at: number, cfg: BoardConfig): boolean {
+  return l.lastCommandAt !== null && at - l.lastCommandAt <= cfg.commandWindowMs;
+}
+
+export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): { state: BoardState; events: BoardEvent[] } {
+  const events: BoardEvent[] = [];
+  const board = s.board;
+  const locks = s.locks.map((l) => ({ ...l }));
+  let { online, failures } = s;
+
+  const checkTimers = (at: number) => {
+    locks.forEach((l, i) => {
+      const lock = i + 1;
+      // while the board is offline nothing can be concluded: the jam waits for the next good poll
+      if (l.unlockAt !== null && online === true && at - l.unlockAt >= cfg.jamWindowMs) {
+        events.push({ type: 'jam', board, lock, afterMs: at - l.unlockAt, cause: l.sawRelease ? 'door-did-not-open' : 'latch-not-released' });
+        l.unlockAt = null;
+        l.sawRelease = false;
+      }
+      if (cfg.doorLeftOpenMs !== null && l.door === 'open' && l.openSince !== null && !l.leftOpenReported && online === true && at - l.openSince >= cfg.doorLeftOpenMs) {
+        events.push({ type: 'doorLeftOpen', board, lock, openMs: at - l.openSince });
+        l.leftOpenReported = true;
+      }
+    });
+  };
+
+  switch (input.kind) {
+    case 'unlockSent': {
+      const targets = input.lock === 'all' ? locks.map((_, i) => i) : [input.lock - 1];
+      for (const i of targets) {
+        const l = locks[i];
+        if (!l) continue;
+        l.lastCommandAt = input.at;
+        // A door already open cannot "fail to open": nothing to confirm.
+        if (l.door !== 'open') {
+          l.unlockAt = input.at;
+          l.sawRelease = false;
+        }
+      }
+      break;
+    }
+    case 'pollFailed': {
+      failures += 1;
+      if (failures >= cfg.offlineAfter && online !== false) {
+        online = false;
+        events.push({ type: 'boardOffline', board, failures, error: input.error });
+      }
+      checkTimers(input.at);
+      break;
+    }
+    case 'poll': {
+      const at = input.at;
+      const baseline = online === null || locks.every((l) => l.door === null);
+      if (online !== true) {
+        online = true;
+        events.push({ type: 'boardOnline', board });
+      }
+      failures = 0;
+      locks.forEach((l, i) => {
+        const lock = i + 1;
+        const closedBit = input.closed[i];
+        if (closedBit === undefined) return;
+        const wasOpen = l.door === 'open';
+        // items first: an item placed and the door closed between two polls is a normal delivery
+        const item = input.items ? (input.items[i] ?? null) : null;
+        if (!baseline && item !== null && l.item !== null && item !== l.item) {
+          events.push({ type: item ? 'itemPlaced' : 'itemRemoved', board, lock });
+          if (!wasOpen && !commanded(l, at, cfg)) events.push({ type: 'forcedOpen', board, lock, reason: 'item' });
+        }
+        l.item = item;
+        if (closedBit) {
+          l.latch = 'engaged';
+          if (wasOpen) events.push({ type: 'doorClosed', board, lock });
+          l.door = 'closed';
+          l.openSince = null;
+          l.leftOpenReported = false;
+          return;
+        }
+        l.latch = 'released';
+        if (l.unlockAt !== null && at - l.unlockAt < cfg.releaseGraceMs) {
+          l.sawRelease = true; // latch released by our pulse; the door may or may not follow
+          if (l.door === null) l.door = 'closed';
+          return;
+        }
+        if (!wasOpen) {
+          l.door = 'open';
+          l.openSince = at;
+          l.leftOpenReported = false;
+          if (!baseline) {
+            const cmd = l.unlockAt !== null || commanded(l, at, cfg);
+            events.push({ type: 'doorOpened', board, lock, commanded: cmd });
+            if (!cmd) events.push({ type: 'forcedOpen', board, lock, reason: 'door' });
+          }
+        }
+        l.unlockAt = null;
+        l.sawRelease = false;
+      });
+      checkTimers(at);
+      break;
+    }
+    case 'tick':
+      checkTimers(input.at);
+      break;
+  }
+  return { state: { board, online, failures, locks }, events };
+}
