@@ -145,7 +145,9 @@ describe('OpenAPI document and Swagger UI', () => {
   it('the check catches a route without schemas (it can fail)', async () => {
     const extra: RouteInfo[] = [];
     const app = Fastify();
-    app.addHook('onRoute', (r: RouteOptions) => extra.push({ method: String(r.method).toUpperCase(), url: r.url, hidden: false }));
+    app.addHook('onRoute', (r: RouteOptions) => {
+      extra.push({ method: String(r.method).toUpperCase(), url: r.url, hidden: false });
+    });
     await app.register(centralPlugin, { ctx: t.ctx });
     app.post('/v1/Zz/Undocumented', { config: { auth: 'tenant' } }, async () => ({ success: true, error: null, message: null }));
     await app.ready();
