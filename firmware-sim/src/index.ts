@@ -10,3 +10,5 @@ export { doorStep, initialDoor, type DoorState, type DoorInput, type DoorEffect,
 export { charTimeMs, wireTimeMs, WirePacer } from './wire';
 export { liveSocatCount } from './pty';
 export type * from './types';
+export { runCommand, busStatus, HELP, type CommandContext } from './commands';
+export { parseArgs, parseBusSpec, parseScannerSpec, loadConfigFile, defaultOptions, USAGE, DEFAULT_DIR, type CliConfig } from './config';

@@ -2,7 +2,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
 import { Simulator } from '@locker/firmware-sim';
-import { runCommand, type CommandContext } from '@locker/firmware-sim/commands';
+import { runCommand, type CommandContext } from '@locker/firmware-sim';
 
 describe('REPL commands', () => {
   const sim = new Simulator({

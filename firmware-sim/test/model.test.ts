@@ -3,8 +3,16 @@ import { describe, expect, it } from 'vitest';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { doorStep, initialDoor, Simulator, validateOptions, type DoorState } from '@locker/firmware-sim';
-import { loadConfigFile, parseArgs, parseBusSpec } from '@locker/firmware-sim/config';
+import {
+  doorStep,
+  initialDoor,
+  loadConfigFile,
+  parseArgs,
+  parseBusSpec,
+  Simulator,
+  validateOptions,
+  type DoorState,
+} from '@locker/firmware-sim';
 
 const ctx = { stuckLatch: false, jammed: false, autoCloseMs: null };
 const events = (effects: { kind: string; event?: string }[]) => effects.filter((e) => e.kind === 'event').map((e) => e.event);
