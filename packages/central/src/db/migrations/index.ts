@@ -2,7 +2,13 @@
 // 0xx foundation, 1xx accounts, 2xx shipments, 3xx callbacks/outbox, 4xx edge sync.
 import type { Migration } from 'kysely';
 import * as m001 from './001_foundation';
+import * as m101 from './101_account_suggestions';
+import * as m200 from './200_shipments';
+import * as m300 from './300_callbacks';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
+  '101_account_suggestions': m101,
+  '200_shipments': m200,
+  '300_callbacks': m300,
 };
