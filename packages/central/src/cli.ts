@@ -81,7 +81,8 @@ export async function main(argv: string[]) {
         console.log(`demo site loaded: ${report.created} created, ${report.updated} updated, ${report.unchanged} unchanged`);
       }
       await runServer(cfg, {
-        afterStart: (_svc, address) => {
+        mqttPortFallback: demo,
+        afterStart: (svc, address) => {
           if (!demo) return;
           const demoFile = parseProvisioning(readProvisioningFile(DEMO_SITE));
           const lines = [
@@ -89,6 +90,7 @@ export async function main(argv: string[]) {
             `  Locker central is running (${cfg.environment}, ${cfg.database.url.startsWith('postgres') ? 'PostgreSQL' : `SQLite ${cfg.database.url}`})`,
             `  API:        ${address}/v1/   (token: POST ${address}/connect/token)`,
             `  API docs:   ${address}/docs`,
+            `  MQTT:       ${svc.ctx.bus ? `${svc.ctx.bus.kind} broker ${svc.ctx.bus.address()}` : 'off'}   (terminals connect here)`,
             `  Demo tenants (client_id / client_secret):`,
             ...demoFile.tenants.map((t) => `    ${t.clientId} / ${t.clientSecret}`),
             `  Try:  curl -s -d grant_type=client_credentials -d client_id=${demoFile.tenants[0]?.clientId} -d client_secret=${demoFile.tenants[0]?.clientSecret} -d scope=integration_api ${address}/connect/token`,

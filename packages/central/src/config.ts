@@ -62,6 +62,19 @@ export const ConfigSchema = z
         maxBackoffMs: z.coerce.number().int().positive().default(15 * 60_000),
         requestTimeoutMs: z.coerce.number().int().positive().default(10_000),
         pollIntervalMs: z.coerce.number().int().positive().default(500),
+        // messages delivered at the same time (each to a different shipment) per central instance
+        concurrency: z.coerce.number().int().min(1).max(256).default(8),
+      })
+      .strict()
+      .prefault({}),
+    idempotency: z
+      .object({
+        // how long an Idempotency-Key and its stored answer are kept
+        ttlHours: z.coerce.number().positive().default(24),
+        // a repeat that arrives while the first request still runs waits this long, then 409
+        waitMs: z.coerce.number().int().min(0).default(5_000),
+        // a reservation whose request never finished (process died) can be taken over after this
+        lockSeconds: z.coerce.number().int().positive().default(60),
       })
       .strict()
       .prefault({}),
@@ -72,6 +85,9 @@ export const ConfigSchema = z
         url: z.string().default('mqtt://127.0.0.1:1883'),
         port: z.coerce.number().int().min(0).max(65535).default(1883),
         host: z.string().default('0.0.0.0'),
+        // credentials of the central service at an external broker
+        username: z.string().optional(),
+        password: z.string().optional(),
       })
       .strict()
       .prefault({}),
@@ -103,9 +119,14 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_LOG_PRETTY: ['log', 'pretty'],
   LOCKER_SHIPMENTS_DROP_OFF_DEADLINE_HOURS: ['shipments', 'dropOffDeadlineHours'],
   LOCKER_CALLBACKS_ENABLED: ['callbacks', 'enabled'],
+  LOCKER_CALLBACKS_CONCURRENCY: ['callbacks', 'concurrency'],
+  LOCKER_IDEMPOTENCY_TTL_HOURS: ['idempotency', 'ttlHours'],
   LOCKER_MQTT_MODE: ['mqtt', 'mode'],
   LOCKER_MQTT_URL: ['mqtt', 'url'],
   LOCKER_MQTT_PORT: ['mqtt', 'port'],
+  LOCKER_MQTT_HOST: ['mqtt', 'host'],
+  LOCKER_MQTT_USERNAME: ['mqtt', 'username'],
+  LOCKER_MQTT_PASSWORD: ['mqtt', 'password'],
 };
 
 function readFile(file: string): Record<string, unknown> {

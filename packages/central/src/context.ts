@@ -5,6 +5,7 @@ import type { Logger } from './logger';
 import type { Clock } from './clock';
 import type { TokenService } from './auth/tokens';
 import type { TerminalGateway } from './terminals/gateway';
+import type { MessageBus } from './mqtt/bus';
 
 /** A long-running part of the service (outbox delivery, expiry sweep, MQTT sync). */
 export interface Worker {
@@ -20,6 +21,8 @@ export interface AppContext {
   clock: Clock;
   tokens: TokenService;
   terminals: TerminalGateway;
+  /** The MQTT bus to terminals (embedded broker or external broker client); null when mqtt.mode is off. */
+  bus: MessageBus | null;
   /** Background workers the service starts after the app is ready and stops on shutdown. */
   workers: Worker[];
 }

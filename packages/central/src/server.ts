@@ -4,9 +4,9 @@ import { CentralService } from './service';
 import { createLogger } from './logger';
 import { systemdNotifier } from './systemd';
 
-export async function runServer(config: Config, hooks: { afterStart?: (svc: CentralService, address: string) => Promise<void> | void } = {}) {
+export async function runServer(config: Config, hooks: { afterStart?: (svc: CentralService, address: string) => Promise<void> | void; mqttPortFallback?: boolean } = {}) {
   const log = createLogger({ level: config.log.level, pretty: config.log.pretty });
-  const svc = new CentralService({ config, log });
+  const svc = new CentralService({ config, log, mqttPortFallback: hooks.mqttPortFallback });
   await svc.start();
   const address = await svc.listen();
   log.info({ ns: 'central.server', address, environment: config.environment, database: svc.ctx.db.engine }, 'central service listening');

@@ -8,7 +8,11 @@ import { createLogger, type Logger } from './logger';
 import { systemClock, type Clock } from './clock';
 import { TokenService } from './auth/tokens';
 import { DisconnectedTerminalGateway, type TerminalGateway } from './terminals/gateway';
-import type { AppContext, Worker } from './context';
+import type { AppContext } from './context';
+import { workerFactoryList } from './workers';
+import { EmbeddedBroker } from './mqtt/embedded';
+import { ExternalBroker } from './mqtt/external';
+import type { MessageBus } from './mqtt/bus';
 import { buildApp } from './app';
 
 export interface CentralServiceOptions {
@@ -20,14 +24,11 @@ export interface CentralServiceOptions {
   pgSchema?: string;
   /** start the background workers (default true) */
   startWorkers?: boolean;
+  /** embedded broker: take a free port when the configured one is in use (the demo does) */
+  mqttPortFallback?: boolean;
 }
 
-/** Factories other areas register to add their workers (outbox delivery, expiry, MQTT sync). */
-export type WorkerFactory = (ctx: AppContext) => Worker | null;
-const workerFactories: WorkerFactory[] = [];
-export function registerWorkerFactory(f: WorkerFactory): void {
-  if (!workerFactories.includes(f)) workerFactories.push(f);
-}
+export { registerWorkerFactory } from './workers';
 
 async function signingKey(db: Db, configured: string | undefined): Promise<Buffer> {
   if (configured) return Buffer.from(configured, 'utf8');
@@ -55,8 +56,13 @@ export class CentralService {
     const applied = await db.migrate();
     if (applied.length) log.info({ ns: 'central.db', applied }, 'migrations applied');
     const tokens = new TokenService(await signingKey(db, config.auth.tokenSigningKey), config.auth.tokenLifetimeSeconds, clock);
-    this.ctx = { config, db, log, clock, tokens, terminals: this.opts.terminals ?? new DisconnectedTerminalGateway(), workers: [] };
-    for (const f of workerFactories) {
+    let bus: MessageBus | null = null;
+    if (config.mqtt.mode === 'embedded') bus = new EmbeddedBroker({ host: config.mqtt.host, port: config.mqtt.port, db: db.kysely, log, fallbackToFreePort: this.opts.mqttPortFallback });
+    else if (config.mqtt.mode === 'external') bus = new ExternalBroker({ url: config.mqtt.url, username: config.mqtt.username, password: config.mqtt.password, log });
+    this.ctx = { config, db, log, clock, tokens, terminals: this.opts.terminals ?? new DisconnectedTerminalGateway(), bus, workers: [] };
+    // The bus starts first and stops last: workers (edge sync) publish through it.
+    if (bus) this.ctx.workers.push({ name: `mqtt-${bus.kind}`, start: () => bus.start(), stop: () => bus.stop() });
+    for (const f of workerFactoryList()) {
       const w = f(this.ctx);
       if (w) this.ctx.workers.push(w);
     }

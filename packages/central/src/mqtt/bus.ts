@@ -1,0 +1,27 @@
+// The message bus between the central service and terminals: one small interface, two
+// implementations — an MQTT broker embedded in the central process (aedes, the embedded default)
+// and a client of an external broker (Mosquitto, EMQX, HiveMQ). Contract tests run against both.
+export type Handler = (topic: string, payload: Buffer) => void;
+
+export interface MessageBus {
+  readonly kind: 'embedded' | 'external';
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  publish(topic: string, payload: Buffer | string, opts?: { qos?: 0 | 1; retain?: boolean }): Promise<void>;
+  /** subscribes the central service to a topic filter (MQTT wildcards allowed) */
+  subscribe(filter: string, handler: Handler): Promise<void>;
+  /** where terminals connect (embedded: the listening address) */
+  address(): string | null;
+}
+
+/** MQTT topic filter matching (+ one level, # the rest). */
+export function topicMatches(filter: string, topic: string): boolean {
+  const f = filter.split('/');
+  const t = topic.split('/');
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === '#') return true;
+    if (i >= t.length) return false;
+    if (f[i] !== '+' && f[i] !== t[i]) return false;
+  }
+  return f.length === t.length;
+}

@@ -1,0 +1,142 @@
+// The embedded MQTT broker (aedes) inside the central service. Terminals authenticate with their
+// provisioned id and secret (username = client id = terminal id) and are confined to their own
+// topics (topics.ts). The central service itself publishes and subscribes in-process.
+import net from 'node:net';
+import { Aedes, type AedesPublishPacket, type Client } from 'aedes';
+import type { Kysely } from 'kysely';
+import type { Database } from '../db/schema';
+import type { Logger } from '../logger';
+import { verifySecret } from '../auth/secrets';
+import { mayPublish, maySubscribe } from './topics';
+import type { Handler, MessageBus } from './bus';
+
+export interface EmbeddedBrokerOptions {
+  host: string;
+  port: number;
+  db: Kysely<Database>;
+  log: Logger;
+  /** when the port is taken (say by a system Mosquitto), listen on a free one instead of failing */
+  fallbackToFreePort?: boolean;
+}
+
+const AUTH_CACHE_MS = 60_000;
+
+export class EmbeddedBroker implements MessageBus {
+  readonly kind = 'embedded' as const;
+  private broker: Aedes | null = null;
+  private server: net.Server | null = null;
+  private addr: string | null = null;
+  private readonly authCache = new Map<string, { at: number; hash: string }>();
+  private readonly log: Logger;
+
+  constructor(private readonly opts: EmbeddedBrokerOptions) {
+    this.log = opts.log.child({ ns: 'central.mqtt.broker' });
+  }
+
+  async start(): Promise<void> {
+    const broker = await Aedes.createBroker({
+      id: 'locker-central',
+      authenticate: (client, username, password, done) => {
+        this.authenticate(client, username, password).then(
+          (ok) => {
+            if (ok) return done(null, true);
+            const err = Object.assign(new Error('bad terminal id or secret'), { returnCode: 4 as const });
+            done(err as never, false);
+          },
+          (e) => {
+            this.log.error({ err: e }, 'authentication failed with an error');
+            done(Object.assign(new Error('server unavailable'), { returnCode: 3 as const }) as never, false);
+          },
+        );
+      },
+      authorizePublish: (client, packet, cb) => {
+        if (!client) return cb(null); // the central service itself
+        if (mayPublish(client.id, packet.topic)) return cb(null);
+        this.log.warn({ terminal: client.id, topic: packet.topic }, 'publish outside own topics refused');
+        cb(new Error('not authorized'));
+      },
+      authorizeSubscribe: (client, sub, cb) => {
+        if (maySubscribe(client.id, sub.topic)) return cb(null, sub);
+        this.log.warn({ terminal: client.id, topic: sub.topic }, 'subscribe outside own topics refused');
+        cb(null, null); // SUBACK with a failure code for this filter
+      },
+    });
+    broker.on('clientError', (client, err) => this.log.debug({ terminal: client.id, err: err.message }, 'client error'));
+    this.broker = broker;
+    const server = net.createServer(broker.handle as (s: net.Socket) => void);
+    const listen = (port: number) =>
+      new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, this.opts.host, () => {
+          server.off('error', reject);
+          resolve();
+        });
+      });
+    try {
+      await listen(this.opts.port);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EADDRINUSE' || !this.opts.fallbackToFreePort) {
+        await new Promise<void>((r) => broker.close(() => r()));
+        throw new Error(`embedded MQTT broker cannot listen on ${this.opts.host}:${this.opts.port}: ${(e as Error).message} (set mqtt.port / LOCKER_MQTT_PORT, or mqtt.mode external)`);
+      }
+      this.log.warn({ port: this.opts.port }, 'MQTT port in use; the embedded broker takes a free port instead');
+      await listen(0);
+    }
+    this.server = server;
+    const a = server.address() as net.AddressInfo;
+    this.addr = `mqtt://${a.address === '0.0.0.0' || a.address === '::' ? '127.0.0.1' : a.address}:${a.port}`;
+    this.log.info({ address: this.addr }, 'embedded MQTT broker listening');
+  }
+
+  private async authenticate(client: Client, username: string | undefined, password: Buffer | undefined): Promise<boolean> {
+    if (!username || !password || client.id !== username) return false;
+    const secret = password.toString('utf8');
+    const row = await this.opts.db.selectFrom('terminals').select(['id', 'secret_hash']).where('id', '=', username).executeTakeFirst();
+    if (!row) return false;
+    const key = `${username}\u0000${secret}`;
+    const hit = this.authCache.get(key);
+    if (hit && hit.hash === row.secret_hash && Date.now() - hit.at < AUTH_CACHE_MS) return true;
+    const ok = verifySecret(secret, row.secret_hash);
+    if (ok) this.authCache.set(key, { at: Date.now(), hash: row.secret_hash });
+    return ok;
+  }
+
+  address(): string | null {
+    return this.addr;
+  }
+
+  async publish(topic: string, payload: Buffer | string, opts: { qos?: 0 | 1; retain?: boolean } = {}): Promise<void> {
+    const broker = this.broker;
+    if (!broker) throw new Error('broker not started');
+    await new Promise<void>((resolve, reject) =>
+      broker.publish({ cmd: 'publish', topic, payload: Buffer.isBuffer(payload) ? payload : Buffer.from(payload), qos: opts.qos ?? 1, retain: opts.retain ?? false, dup: false }, (err) => (err ? reject(err) : resolve())),
+    );
+  }
+
+  async subscribe(filter: string, handler: Handler): Promise<void> {
+    const broker = this.broker;
+    if (!broker) throw new Error('broker not started');
+    await new Promise<void>((resolve) =>
+      broker.subscribe(
+        filter,
+        (packet: AedesPublishPacket, cb: () => void) => {
+          try {
+            handler(packet.topic, Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload));
+          } catch (err) {
+            this.log.error({ err, topic: packet.topic }, 'message handler failed');
+          }
+          cb();
+        },
+        resolve,
+      ),
+    );
+  }
+
+  async stop(): Promise<void> {
+    const { server, broker } = this;
+    this.server = null;
+    this.broker = null;
+    if (broker) await new Promise<void>((r) => broker.close(() => r()));
+    if (server) await new Promise<void>((r) => server.close(() => r()));
+  }
+}
