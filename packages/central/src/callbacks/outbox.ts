@@ -1,8 +1,11 @@
 // The callback outbox (owned by the callbacks area). Shipment code calls enqueueShipmentStatus in
 // the SAME transaction as every state change, so a committed state change always has its
-// ShipmentStatusUpdate queued, and a rolled-back one never does.
+// ShipmentStatusUpdate queued, and a rolled-back one never does. Enqueueing is only an insert:
+// delivery happens in the delivery worker (worker.ts), apart from the API call.
 import type { Kysely, Transaction } from 'kysely';
 import type { Database } from '../db/schema';
+import { newUid, toApiTime } from '../ids';
+import { loadCallbackRegistration } from './registration';
 
 export interface ShipmentStatusEvent {
   tenantUid: string;
@@ -19,6 +22,87 @@ export interface ShipmentStatusEvent {
   toUserUid: string | null;
 }
 
-export async function enqueueShipmentStatus(_trx: Transaction<Database> | Kysely<Database>, _ev: ShipmentStatusEvent, _now: string): Promise<void> {
-  // Implemented by the callbacks area (durable outbox row); until then nothing is queued.
+/** The JSON body of a ShipmentStatusUpdate callback (docs/callbacks.md). */
+export interface ShipmentStatusMessage {
+  messageType: 'ShipmentStatusUpdate';
+  message: {
+    shipmentUid: string;
+    stateCode: string;
+    stateStart: string;
+    shipmentType: string;
+    referenceNo: string | null;
+    referenceCaseNo: string | null;
+    description: string | null;
+    pupUid: string | null;
+    fromUserUid: string | null;
+    toUserUid: string | null;
+    eventId: string;
+    sequence: number;
+  };
+}
+
+export interface EnqueuedEvent {
+  eventId: string;
+  sequence: number;
+  /** pending: will be delivered; skipped: the tenant had no callback URL (kept for the record) */
+  status: 'pending' | 'skipped';
+}
+
+// In-process wake-up of delivery workers after an enqueue (the row becomes visible on commit;
+// workers also poll, so a missed wake-up only costs one poll interval).
+const wakers = new Set<() => void>();
+export function onOutboxEnqueued(fn: () => void): () => void {
+  wakers.add(fn);
+  return () => wakers.delete(fn);
+}
+
+export async function enqueueShipmentStatus(trx: Transaction<Database> | Kysely<Database>, ev: ShipmentStatusEvent, now: string): Promise<EnqueuedEvent> {
+  const last = await trx
+    .selectFrom('callback_outbox')
+    .select((eb) => eb.fn.max('sequence').as('m'))
+    .where('shipment_uid', '=', ev.shipmentUid)
+    .executeTakeFirst();
+  const sequence = Number(last?.m ?? 0) + 1;
+  const eventId = newUid();
+  const reg = await loadCallbackRegistration(trx, ev.tenantUid);
+  const status = reg?.url ? 'pending' : 'skipped';
+  const body: ShipmentStatusMessage = {
+    messageType: 'ShipmentStatusUpdate',
+    message: {
+      shipmentUid: ev.shipmentUid,
+      stateCode: ev.stateCode,
+      stateStart: toApiTime(ev.stateStart) ?? '',
+      shipmentType: ev.shipmentType,
+      referenceNo: ev.referenceNo ?? null,
+      referenceCaseNo: ev.referenceCaseNo ?? null,
+      description: ev.description ?? null,
+      pupUid: ev.pupUid ?? null,
+      fromUserUid: ev.fromUserUid ?? null,
+      toUserUid: ev.toUserUid ?? null,
+      eventId,
+      sequence,
+    },
+  };
+  await trx
+    .insertInto('callback_outbox')
+    .values({
+      event_id: eventId,
+      tenant_uid: ev.tenantUid,
+      shipment_uid: ev.shipmentUid,
+      sequence,
+      message_type: body.messageType,
+      payload: JSON.stringify(body),
+      status,
+      attempts: 0,
+      next_attempt_at: now,
+      lease_until: null,
+      lease_owner: null,
+      last_status: null,
+      last_error: null,
+      created_at: now,
+      delivered_at: null,
+    })
+    .execute();
+  if (status === 'pending') for (const w of wakers) w();
+  return { eventId, sequence, status };
 }
