@@ -85,6 +85,8 @@ async function main(): Promise<number> {
       } else if (process.stdin.isTTY) rl.prompt();
     });
   });
+  // At a terminal readline takes Ctrl-C itself (raw mode): treat it as the signal it stands for.
+  rl.on('SIGINT', () => void shutdown(130));
   rl.on('close', () => {
     // Ctrl-D at a terminal quits; a closed pipe (e.g. started with </dev/null) keeps running until a signal.
     if (process.stdin.isTTY) void queue.then(() => shutdown(0));
