@@ -88,8 +88,8 @@ export class PtyLink implements Link {
   async unplug(): Promise<void> {
     if (!this.isPlugged) return;
     this.isPlugged = false;
-    await this.pair.stop();
     await this.closePort();
+    await this.pair.stop();
   }
 
   async replug(): Promise<void> {
