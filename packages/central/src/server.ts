@@ -2,7 +2,7 @@
 import type { Config } from './config';
 import { CentralService } from './service';
 import { createLogger } from './logger';
-import { systemdNotifier } from './systemd';
+import { systemdNotifier } from '@locker/common';
 
 export async function runServer(config: Config, hooks: { afterStart?: (svc: CentralService, address: string) => Promise<void> | void; mqttPortFallback?: boolean } = {}) {
   const log = createLogger({ level: config.log.level, pretty: config.log.pretty });
