@@ -4,3 +4,4 @@ export * from './transport/index';
 export * from './driver/board-state';
 export * from './driver/lock-bus';
 export { LockBusManager } from './driver/manager';
+export { ScannerReader, KeypadInput, type Credential, type ScannerReaderOptions, type ScannerReaderEvents } from './scanner/scanner-reader';

@@ -215,6 +215,11 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     return (10 * 1000) / this.baudRate;
   }
 
+  /** The pulse time this driver sets on boards (null: left as the boards have it). */
+  get pulseMs(): number | null {
+    return this.opts.pulseMs ?? null;
+  }
+
   get portOpen(): boolean {
     return this.transport.isOpen;
   }
