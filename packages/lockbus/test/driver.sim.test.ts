@@ -3,7 +3,7 @@
 // timing (bytes paced at the bus baud rate). Every injected fault gives its event or a recovery.
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Simulator, type SimBus } from '@locker/firmware-sim';
+import { Simulator } from '@locker/firmware-sim';
 import { LockBus, LockBusManager, type DialectName, type LockBusOptions } from '../src/index';
 import { record, waitFor } from './helpers/fake-board';
 

@@ -38,7 +38,7 @@ export interface ScannerReaderOptions {
    * this long instead (a slow chunk no longer cuts a code in two). Default 1000 ms.
    */
   suffixedIdleTimeoutMs?: number;
-  /** Same source + value within this window: reported once. Default 1500 ms. */
+  /** Same source + value again within this window (measured from the last repeat): reported once. 0 = off. Default 1500 ms. */
   dedupeWindowMs?: number;
   /** Longest accepted read; longer input is dropped as noise. Default 1024 characters. */
   maxLength?: number;
@@ -181,7 +181,7 @@ export class ScannerReader extends EventEmitter<ScannerReaderEvents> {
     const key = `${source}\u0000${value}`;
     const last = this.recent.get(key);
     this.recent.set(key, at);
-    if (last !== undefined && at - last <= this.dedupeMs) {
+    if (last !== undefined && at - last < this.dedupeMs) {
       this.log.debug({ source, length: value.length }, 'repeat within the dedupe window: ignored');
       return false;
     }

@@ -1,0 +1,136 @@
+// ScannerReader: unit level (bytes fed directly, MemoryTransport) and over a REAL pseudo-terminal
+// with the simulator's scanners and the real `serialport` package.
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Simulator } from '@locker/firmware-sim';
+import { KeypadInput, MemoryTransport, ScannerReader, type Credential } from '../src/index';
+import { waitFor } from './helpers/fake-board';
+
+const logger = pino({ level: 'silent' });
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+function reader(opts: ConstructorParameters<typeof ScannerReader>[0] = {}) {
+  const r = new ScannerReader({ logger, interByteTimeoutMs: 30, dedupeWindowMs: 200, ...opts });
+  const got: Credential[] = [];
+  r.on('credential', (c) => got.push(c));
+  cleanups.push(() => r.stop());
+  return { r, got };
+}
+const sleep = (ms: number) => new Promise((res) => setTimeout(res, ms));
+const vals = (got: Credential[]) => got.map((c) => `${c.source}:${c.value}`);
+
+describe('ScannerReader (unit)', () => {
+  it('CR, LF and CRLF each end a read; CRLF counts once', async () => {
+    const { r, got } = reader({ dedupeWindowMs: 0 });
+    await r.start();
+    r.feed(Buffer.from('AAA\rBBB\nCCC\r\nDDD\r\n'));
+    expect(vals(got)).toEqual(['qr:AAA', 'qr:BBB', 'qr:CCC', 'qr:DDD']);
+  });
+
+  it('no suffix: the inter-byte timeout ends the read', async () => {
+    const { r, got } = reader();
+    await r.start();
+    r.feed(Buffer.from('PARCEL-'));
+    await sleep(10);
+    r.feed(Buffer.from('42'));
+    expect(got).toEqual([]);
+    await sleep(60);
+    expect(vals(got)).toEqual(['qr:PARCEL-42']);
+  });
+
+  it('a read split at every offset is reassembled', async () => {
+    const { r, got } = reader({ dedupeWindowMs: 0 });
+    await r.start();
+    const data = Buffer.from('LOCKER-0001\r\n');
+    for (let cut = 0; cut <= data.length; cut++) {
+      r.feed(data.subarray(0, cut));
+      r.feed(data.subarray(cut));
+    }
+    expect(vals(got)).toEqual(Array.from({ length: data.length + 1 }, () => 'qr:LOCKER-0001'));
+  });
+
+  it('the same code twice within the window is reported once; after the window again', async () => {
+    let now = 1000;
+    const { r, got } = reader({ now: () => now });
+    await r.start();
+    r.feed(Buffer.from('X1\rX1\r'));
+    now += 150;
+    r.feed(Buffer.from('X1\rY2\r'));
+    now += 201;
+    r.feed(Buffer.from('X1\r'));
+    expect(vals(got)).toEqual(['qr:X1', 'qr:Y2', 'qr:X1']);
+  });
+
+  it('digits ending in # are a keypad PIN; presentPin and KeypadInput use the same event', async () => {
+    const { r, got } = reader();
+    await r.start();
+    r.feed(Buffer.from('4711#\r'));
+    expect(r.presentPin('12ab')).toBe(false);
+    r.presentPin('2468');
+    const kp = new KeypadInput(r);
+    for (const k of ['1', '3', '5', 'Backspace', '7', 'Enter']) kp.key(k);
+    for (const k of ['9', '*', '8', '#']) kp.key(k);
+    expect(vals(got)).toEqual(['keypad:4711', 'keypad:2468', 'keypad:137', 'keypad:8']);
+    expect(got.every((c) => c.reader === 'scanner')).toBe(true);
+  });
+
+  it('control bytes are stripped, over-long reads dropped', async () => {
+    const { r, got } = reader({ maxLength: 8 });
+    await r.start();
+    r.feed(Buffer.from('\x02AB\x00C\r'));
+    r.feed(Buffer.from('0123456789ABCDEF\r'));
+    r.feed(Buffer.from('OK\r'));
+    expect(vals(got)).toEqual(['qr:ABC', 'qr:OK']);
+  });
+
+  it('reads through a transport and reopens it when it vanishes', async () => {
+    const [host, dev] = MemoryTransport.pair();
+    await dev.open();
+    const { r, got } = reader({ transport: host, reconnect: { initialMs: 5, maxMs: 20 } });
+    await r.start();
+    await dev.write(Buffer.from('T1\r'));
+    const closed = waitFor(r, 'portClosed');
+    host.vanish();
+    await closed;
+    const opened = waitFor(r, 'portOpened');
+    host.restore();
+    await opened;
+    await dev.write(Buffer.from('T2\r'));
+    expect(vals(got)).toEqual(['qr:T1', 'qr:T2']);
+  });
+});
+
+describe('ScannerReader over a real pty (simulated scanners)', () => {
+  const suffixes = [
+    ['CR', '\r'],
+    ['LF', '\n'],
+    ['CRLF', '\r\n'],
+    ['no suffix', ''],
+  ] as const;
+
+  it.each(suffixes)('suffix %s: whole reads, reads split in chunks, repeats, keypad PINs', async (_n, suffix) => {
+    const sim = new Simulator({ buses: [], scanners: [{ name: 'scan', link: { kind: 'pty' }, suffix, chunkGapMs: 10 }] });
+    await sim.start();
+    cleanups.push(() => sim.stop());
+    const sc = sim.scanner('scan');
+    const { r, got } = reader({ port: `${sc.path}?baud=9600`, interByteTimeoutMs: 60, dedupeWindowMs: 300 });
+    await r.start();
+    const next = () => waitFor<Credential>(r, 'credential');
+    let p = next();
+    await sc.scan('https://lk.example/p/ABC-123');
+    expect(await p).toMatchObject({ source: 'qr', value: 'https://lk.example/p/ABC-123' });
+    p = next();
+    await sc.scan('PICKUP-98765', { chunks: 4 });
+    expect(await p).toMatchObject({ source: 'qr', value: 'PICKUP-98765' });
+    // the same code again at once: reported once
+    await sc.scan('PICKUP-98765');
+    await sleep(120);
+    p = next();
+    await sc.typePin('246810');
+    expect(await p).toMatchObject({ source: 'keypad', value: '246810' });
+    expect(vals(got)).toEqual(['qr:https://lk.example/p/ABC-123', 'qr:PICKUP-98765', 'keypad:246810']);
+  });
+});
