@@ -50,9 +50,11 @@ export function describeReply(rep: LockReply, polarity: Polarity, lockCount: num
   const closedBit = polarity === 'closed-high';
   switch (rep.kind) {
     case 'status': {
-      const locks = rep.locks.slice(0, lockCount);
-      const items = rep.items ? `; items in ${listBits(rep.items.slice(0, lockCount), true)}` : '';
-      return `status of board ${rep.board}: open ${listBits(locks, !closedBit)}${items}`;
+      const open = listBits(rep.locks.slice(0, lockCount), !closedBit);
+      const doors = open === '-' ? 'all closed' : `open ${open}`;
+      const inside = rep.items ? listBits(rep.items.slice(0, lockCount), true) : null;
+      const items = inside === null ? '' : inside === '-' ? ', no items' : `, items in ${inside}`;
+      return `status of board ${rep.board}: ${doors}${items}`;
     }
     case 'unlockAck':
       return `board ${rep.board} unlocked ${rep.lock === 0 ? 'all locks' : `lock ${rep.lock}`}, feedback ${rep.bit === closedBit ? 'closed' : 'open'}`;

@@ -2,6 +2,7 @@
 // `serialport` package and writes raw request bytes from the spec's vectors (lockbus.md §1).
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
+import pino from 'pino';
 import { dialects } from '@locker/lockbus';
 import { GARBAGE_BYTES, Simulator, liveSocatCount, type SimBus } from '@locker/firmware-sim';
 import { SerialHost, bytes, sleep, spaced } from './helpers';
@@ -228,6 +229,26 @@ describe('CU16 bus over a socat pty', () => {
       bus.faults.clear();
       expect(spaced(await host.transact(STATUS_B0, 9))).toBe('02 00 35 FF FF 00 00 03 38');
     });
+  });
+
+  it('logs every frame in hex with its meaning under ns sim.bus.<name>', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const dest = { write: (s: string) => lines.push(JSON.parse(s)) };
+    const logged = new Simulator({
+      realTiming: false,
+      logger: pino({ level: 'debug' }, dest),
+      buses: [{ name: 'logged', link: { kind: 'pty' }, dialect: 'kerong-cu16', boards: [{ address: 0 }] }],
+    });
+    await logged.start();
+    const h = await SerialHost.open(logged.bus('logged').path!);
+    await h.transact(STATUS_B0, 9);
+    await h.close();
+    await logged.stop();
+    const frames = lines.filter((l) => l.ns === 'sim.bus.logged' && typeof l.hex === 'string');
+    expect(frames.map((l) => [l.dir, l.hex, l.meaning])).toEqual([
+      ['rx', '02 00 30 03 35', 'read status of board 0'],
+      ['tx', '02 00 35 FF FF 00 00 03 38', 'status of board 0: all closed, no items'],
+    ]);
   });
 
   it('removes socat and its links on stop()', async () => {
