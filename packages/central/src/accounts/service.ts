@@ -1,0 +1,679 @@
+// Account operations for the tenant API (/v1/Account/...). Accounts are global (one row per
+// person, e-mail globally unique via accounts.email_key); a tenant manages an account linked
+// (account_pups) to a pick up point it manages. One Kysely code path for SQLite and PostgreSQL.
+// Logs carry uids, tenant client ids and changed field NAMES only, never values.
+import { sql, type Kysely, type Selectable, type Transaction } from 'kysely';
+import type { AccountsTable, Database } from '../db/schema';
+import type { AppContext, TenantPrincipal } from '../context';
+import type { Logger } from '../logger';
+import { ApiError, invalidRequest } from '../errors';
+import { fromBool, toBool } from '../db/database';
+import { newUid, toDbTime } from '../ids';
+import { canManageAccount } from './access';
+import { AccountFailure } from './route';
+import { generateMailCode, splitMailCode } from './mail-code';
+import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
+
+type Q = Kysely<Database> | Transaction<Database>;
+export type AccountRow = Selectable<AccountsTable>;
+
+// ---------------------------------------------------------------------------------------------
+// Field mapping
+
+export const FLAG_COLUMNS = {
+  canChangeFirstName: 'can_change_first_name',
+  canChangeLastName: 'can_change_last_name',
+  canChangeEmailAddress: 'can_change_email_address',
+  canChangePhoneNumber: 'can_change_phone_number',
+  canChangeLanguageCode: 'can_change_language_code',
+  canChangeMainPickUpPoint: 'can_change_main_pick_up_point',
+  canChangeAddress: 'can_change_address',
+  canRemoveAutomatically: 'can_remove_automatically',
+  canRemoveManually: 'can_remove_manually',
+} as const;
+export type FlagName = keyof typeof FLAG_COLUMNS;
+export const FLAG_NAMES = Object.keys(FLAG_COLUMNS) as FlagName[];
+export type MutationFlags = Record<FlagName, boolean>;
+export type MutationFlagsInput = Partial<Record<FlagName, boolean | null | undefined>>;
+
+export function flagsOf(row: AccountRow): MutationFlags {
+  const out = {} as MutationFlags;
+  for (const f of FLAG_NAMES) out[f] = fromBool(row[FLAG_COLUMNS[f]]);
+  return out;
+}
+
+/**
+ * Merges the non-null flags of `input` over `current`. Returns null when the result is refused:
+ * first and last name form one group (SetAccountDetails changes them only together), so a
+ * configuration letting one change without the other cannot be honoured.
+ */
+export function mergeFlags(current: MutationFlags, input: MutationFlagsInput | null | undefined): MutationFlags | null {
+  const merged = { ...current };
+  for (const f of FLAG_NAMES) {
+    const v = input?.[f];
+    if (v !== null && v !== undefined) merged[f] = v;
+  }
+  if (merged.canChangeFirstName !== merged.canChangeLastName) return null;
+  return merged;
+}
+
+const MUTATION_REFUSED = 'canChangeFirstName and canChangeLastName must be equal: first and last name are changed together';
+
+function flagColumns(f: MutationFlags) {
+  const out: Record<string, 0 | 1> = {};
+  for (const n of FLAG_NAMES) out[FLAG_COLUMNS[n]] = toBool(f[n]);
+  return out as Pick<AccountRow, (typeof FLAG_COLUMNS)[FlagName]>;
+}
+
+/** The Account fields of the API document. street = streetName and streetNo joined by a space. */
+export interface AccountFields {
+  userUid: string | null;
+  userName: string | null;
+  firstName: string | null;
+  lastName: string | null;
+  emailAddress: string | null;
+  phoneNumber: string | null;
+  mainPupUid: string | null;
+  mainPupName: string | null;
+  mailCode: string | null;
+  languageCode: string | null;
+  street: string | null;
+  mailbox: string | null;
+  city: string | null;
+  countryCode: string | null;
+}
+
+export const NULL_ACCOUNT: AccountFields = {
+  userUid: null, userName: null, firstName: null, lastName: null, emailAddress: null, phoneNumber: null, mainPupUid: null,
+  mainPupName: null, mailCode: null, languageCode: null, street: null, mailbox: null, city: null, countryCode: null,
+};
+
+export function joinStreet(name: string | null, no: string | null): string | null {
+  if (name == null && no == null) return null;
+  return [name ?? '', no ?? ''].filter((s) => s !== '').join(' ');
+}
+
+export function accountFields(row: AccountRow, pupName: string | null): AccountFields {
+  return {
+    userUid: row.uid,
+    userName: row.user_name,
+    firstName: row.first_name,
+    lastName: row.last_name,
+    emailAddress: row.email_address,
+    phoneNumber: row.phone_number,
+    mainPupUid: row.main_pup_uid,
+    mainPupName: pupName,
+    mailCode: row.mail_code,
+    languageCode: row.language_code,
+    street: joinStreet(row.street_name, row.street_no),
+    mailbox: row.mailbox,
+    city: row.city,
+    countryCode: row.country_code,
+  };
+}
+
+/** The fields CreateAccount / CreateOrGetAccount / SetAccountDetails answer with. */
+export function shortFields(a: AccountFields) {
+  return {
+    userUid: a.userUid, userName: a.userName, firstName: a.firstName, lastName: a.lastName, emailAddress: a.emailAddress, phoneNumber: a.phoneNumber,
+    mainPupUid: a.mainPupUid, mainPupName: a.mainPupName, languageCode: a.languageCode, mailCode: a.mailCode,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request normalisation
+
+export interface DetailsInput {
+  emailAddress?: string | null;
+  phoneNumber?: string | null;
+  languageCode?: string | null;
+  firstName?: string | null;
+  lastName?: string | null;
+  streetName?: string | null;
+  streetNo?: string | null;
+  mailbox?: string | null;
+  city?: string | null;
+  countryCode?: string | null;
+}
+
+export interface NormalizedDetails {
+  emailAddress?: string;
+  /** null clears (sent as an empty string) */
+  phoneNumber?: string | null;
+  languageCode?: string | null;
+  name?: { first: string; last: string };
+  address?: { streetName: string; streetNo: string; mailbox: string; city: string; countryCode: string };
+}
+
+const given = (v: string | null | undefined): v is string => v !== null && v !== undefined;
+
+/**
+ * Validates the detail fields shared by SetAccountDetails and the create calls. Null or absent
+ * means "not set". Name group: firstName and lastName together. Address group: streetName,
+ * streetNo, mailbox, city and countryCode together (streetNo and mailbox may be empty strings).
+ */
+export function normalizeDetails(b: DetailsInput): NormalizedDetails {
+  const out: NormalizedDetails = {};
+  if (given(b.emailAddress)) out.emailAddress = normEmail(b.emailAddress);
+  if (given(b.phoneNumber)) out.phoneNumber = b.phoneNumber.trim() === '' ? null : normPhone(b.phoneNumber);
+  if (given(b.languageCode)) out.languageCode = b.languageCode.trim() === '' ? null : normLanguage(b.languageCode);
+  if (given(b.firstName) || given(b.lastName)) {
+    if (!given(b.firstName) || !given(b.lastName)) {
+      throw invalidRequest(`${given(b.firstName) ? 'lastName' : 'firstName'}: firstName and lastName must be set together`);
+    }
+    out.name = { first: normText(b.firstName, 'firstName'), last: normText(b.lastName, 'lastName') };
+  }
+  const addrKeys = ['streetName', 'streetNo', 'mailbox', 'city', 'countryCode'] as const;
+  if (addrKeys.some((k) => given(b[k]))) {
+    const missing = addrKeys.filter((k) => !given(b[k]));
+    if (missing.length) throw invalidRequest(`${missing.join(', ')}: when any address field is set, streetName, streetNo, mailbox, city and countryCode are all required`);
+    out.address = {
+      streetName: normText(b.streetName!, 'streetName', 200),
+      streetNo: normText(b.streetNo!, 'streetNo', 20, true),
+      mailbox: normText(b.mailbox!, 'mailbox', 50, true),
+      city: normText(b.city!, 'city', 100),
+      countryCode: normCountry(b.countryCode!),
+    };
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+export const invalidUserUid = (detail = 'no such account') => new ApiError('InvalidUserUid', `userUid: ${detail}`, 400);
+export const invalidPupUid = (detail: string) => new ApiError('InvalidPupUid', `pickUpPointUid: ${detail}`, 400);
+
+export function isUniqueViolation(e: unknown): boolean {
+  const err = e as { code?: string; message?: string } | null;
+  if (!err) return false;
+  return err.code === '23505' || err.code === 'SQLITE_CONSTRAINT_UNIQUE' || err.code === 'SQLITE_CONSTRAINT_PRIMARYKEY';
+}
+
+// ---------------------------------------------------------------------------------------------
+// The service
+
+export interface CreateInput extends DetailsInput {
+  emailAddress: string;
+  firstName: string;
+  lastName: string;
+  pickUpPointUid?: string | null;
+  userName?: string | null;
+  mutationConfig?: MutationFlagsInput | null;
+}
+
+export class AccountService {
+  private readonly log: Logger;
+  constructor(private readonly ctx: AppContext) {
+    this.log = ctx.log.child({ ns: 'central.accounts' });
+  }
+
+  private get db() {
+    return this.ctx.db.kysely;
+  }
+
+  private now() {
+    return toDbTime(this.ctx.clock.now());
+  }
+
+  async byUid(q: Q, uid: string): Promise<AccountRow | undefined> {
+    return q.selectFrom('accounts').selectAll().where('uid', '=', uid).executeTakeFirst();
+  }
+
+  async byUserName(q: Q, userName: string): Promise<AccountRow | undefined> {
+    return q.selectFrom('accounts').selectAll().where('user_name_key', '=', userName.trim().toLowerCase()).executeTakeFirst();
+  }
+
+  async byEmail(q: Q, email: string): Promise<AccountRow | undefined> {
+    return q.selectFrom('accounts').selectAll().where('email_key', '=', emailKey(email)).executeTakeFirst();
+  }
+
+  async pupName(q: Q, pupUid: string | null): Promise<string | null> {
+    if (!pupUid) return null;
+    const r = await q.selectFrom('pups').select('name').where('uid', '=', pupUid).executeTakeFirst();
+    return r?.name ?? null;
+  }
+
+  async fields(q: Q, row: AccountRow): Promise<AccountFields> {
+    return accountFields(row, await this.pupName(q, row.main_pup_uid));
+  }
+
+  /** A free mail code (checked before insert; the unique index catches the rare race). */
+  async freeMailCode(q: Q): Promise<string> {
+    for (let i = 0; i < 20; i++) {
+      const code = generateMailCode();
+      const taken = await q.selectFrom('accounts').select('uid').where('mail_code', '=', code).executeTakeFirst();
+      if (!taken) return code;
+    }
+    throw new Error('no free mail code found in 20 attempts');
+  }
+
+  /** Runs fn in a transaction, once more when a unique index refused a concurrent duplicate. */
+  private async tx<T>(fn: (trx: Transaction<Database>) => Promise<T>, onDuplicate: () => ApiError): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.db.transaction().execute(fn);
+      } catch (e) {
+        if (!isUniqueViolation(e)) throw e;
+        if (attempt >= 2) throw onDuplicate();
+      }
+    }
+  }
+
+  /** Loads an account the tenant must manage: InvalidUserUid when absent, AccessDenied (with data) when not manageable. */
+  async manageable(q: Q, tenant: TenantPrincipal, userUid: unknown, deniedData: (uid: string) => Record<string, unknown>): Promise<AccountRow> {
+    if (userUid === null || userUid === undefined || userUid === '') throw invalidUserUid('required');
+    if (!isUid(userUid)) throw invalidUserUid('not a valid user uid');
+    const row = await this.byUid(q, userUid);
+    if (!row) throw invalidUserUid();
+    if (!(await canManageAccount(q, tenant, row.uid))) {
+      throw new AccountFailure('AccessDenied', 'the account is managed by another service provider', deniedData(row.uid));
+    }
+    return row;
+  }
+
+  /** A pick up point the tenant manages, or InvalidPupUid. */
+  assertPup(tenant: TenantPrincipal, pupUid: unknown, field = 'pickUpPointUid'): string {
+    if (pupUid === null || pupUid === undefined || pupUid === '') throw new ApiError('InvalidPupUid', `${field}: required`, 400);
+    if (typeof pupUid !== 'string' || !isUid(pupUid)) throw new ApiError('InvalidPupUid', `${field}: not a valid pick up point uid`, 400);
+    if (!tenant.pupUids.has(pupUid)) throw new ApiError('InvalidPupUid', `${field}: unknown pick up point or not one you manage`, 400);
+    return pupUid;
+  }
+
+  // --- GetAccount ---------------------------------------------------------------------------
+
+  async getAccount(tenant: TenantPrincipal, b: { userUid?: string | null; userName?: string | null; emailAddress?: string | null }) {
+    const db = this.db;
+    // Search order: userUid, userName, emailAddress; the first given criterion that finds an account wins.
+    let row: AccountRow | undefined;
+    if (b.userUid && b.userUid.trim()) row = await this.byUid(db, b.userUid.trim());
+    if (!row && b.userName && b.userName.trim()) row = await this.byUserName(db, b.userName);
+    if (!row && b.emailAddress && b.emailAddress.trim()) row = await this.byEmail(db, b.emailAddress);
+    if (!row) return { isExisting: false, canManageUser: false, ...NULL_ACCOUNT };
+    if (!(await canManageAccount(db, tenant, row.uid))) return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
+    return { isExisting: true, canManageUser: true, ...(await this.fields(db, row)) };
+  }
+
+  // --- GetAccounts --------------------------------------------------------------------------
+
+  async getAccounts(
+    tenant: TenantPrincipal,
+    b: {
+      pageNo: number; pageSize: number; userName?: string | null; emailAddress?: string | null; fullName?: string | null; pupUid?: string | null;
+      phoneNumber?: string | null; mailCode?: string | null; includeEmail?: boolean | null; includeFullName?: boolean | null; includeMainPup?: boolean | null;
+      includeAddress?: boolean | null; includeLanguage?: boolean | null; includeMailCode?: boolean | null; includePhone?: boolean | null;
+    },
+  ) {
+    const inc = {
+      email: b.includeEmail ?? true,
+      fullName: b.includeFullName ?? true,
+      mainPup: b.includeMainPup ?? true,
+      address: b.includeAddress ?? false,
+      language: b.includeLanguage ?? false,
+      mailCode: b.includeMailCode ?? false,
+      phone: b.includePhone ?? false,
+    };
+    const pups = [...tenant.pupUids];
+    if (b.pupUid && b.pupUid.trim() && !tenant.pupUids.has(b.pupUid.trim())) {
+      throw new ApiError('InvalidPupUid', 'pupUid: unknown pick up point or not one you manage', 400);
+    }
+    if (pups.length === 0) return { items: [], total: 0, inc };
+    const like = (term: string) => `%${term.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+    const contains = (expr: ReturnType<typeof sql>, term: string) => sql<boolean>`lower(${expr}) like ${like(term)} escape '\\'`;
+
+    let base = this.db
+      .selectFrom('accounts as a')
+      .where((eb) => eb.exists(eb.selectFrom('account_pups as ap').select('ap.account_uid').whereRef('ap.account_uid', '=', 'a.uid').where('ap.pup_uid', 'in', pups)));
+    const t = (v: string | null | undefined) => (v ?? '').trim();
+    if (t(b.pupUid)) {
+      const pup = t(b.pupUid);
+      base = base.where((eb) => eb.exists(eb.selectFrom('account_pups as ap2').select('ap2.account_uid').whereRef('ap2.account_uid', '=', 'a.uid').where('ap2.pup_uid', '=', pup)));
+    }
+    if (t(b.userName)) base = base.where(contains(sql.ref('a.user_name_key'), t(b.userName)));
+    if (t(b.emailAddress)) base = base.where(contains(sql.ref('a.email_key'), t(b.emailAddress)));
+    if (t(b.fullName)) {
+      const full = sql`coalesce(a.first_name, '') || ' ' || coalesce(a.last_name, '')`;
+      for (const term of t(b.fullName).split(/\s+/)) base = base.where(contains(full, term));
+    }
+    if (t(b.phoneNumber)) {
+      let p = t(b.phoneNumber).replace(/[\s\-.()/]/g, '');
+      if (p.startsWith('00')) p = '+' + p.slice(2);
+      base = base.where(contains(sql`coalesce(a.phone_number, '')`, p));
+    }
+    if (t(b.mailCode)) base = base.where('a.mail_code', '=', t(b.mailCode).toUpperCase());
+
+    const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
+    const rows = await base
+      .leftJoin('pups as p', 'p.uid', 'a.main_pup_uid')
+      .selectAll('a')
+      .select('p.name as pup_name')
+      .orderBy('a.user_name_key')
+      .orderBy('a.uid')
+      .limit(b.pageSize)
+      .offset((b.pageNo - 1) * b.pageSize)
+      .execute();
+    const items = rows.map((r) => {
+      const f = accountFields(r, r.pup_name ?? null);
+      const item: Record<string, unknown> = { userUid: f.userUid, userName: f.userName, canManage: true };
+      if (inc.email) item.emailAddress = f.emailAddress;
+      if (inc.fullName) Object.assign(item, { firstName: f.firstName, lastName: f.lastName });
+      if (inc.mainPup) Object.assign(item, { mainPupUid: f.mainPupUid, mainPupName: f.mainPupName });
+      if (inc.address) Object.assign(item, { street: f.street, mailbox: f.mailbox, city: f.city, countryCode: f.countryCode });
+      if (inc.language) item.languageCode = f.languageCode;
+      if (inc.mailCode) item.mailCode = f.mailCode;
+      if (inc.phone) item.phoneNumber = f.phoneNumber;
+      return item as { userUid: string; userName: string; canManage: boolean } & Partial<AccountFields>;
+    });
+    return { items, total: Number(n), inc };
+  }
+
+  // --- GetAccountPickUpPoint ----------------------------------------------------------------
+
+  async getAccountPickUpPoint(tenant: TenantPrincipal, userUid: unknown) {
+    let row = await this.manageable(this.db, tenant, userUid, (uid) => ({ userUid: uid }));
+    if (!row.mail_code) {
+      // Accounts made by provisioning (dispatcher main accounts) get their code on first use.
+      row = await this.tx(async (trx) => {
+        const fresh = await this.byUid(trx, row.uid);
+        if (fresh && !fresh.mail_code) {
+          await trx.updateTable('accounts').set({ mail_code: await this.freeMailCode(trx), updated_at: this.now() }).where('uid', '=', row.uid).execute();
+        }
+        return (await this.byUid(trx, row.uid))!;
+      }, () => new ApiError('InternalError', 'could not assign a mail code', 500));
+      this.log.info({ userUid: row.uid, tenant: tenant.clientId }, 'mail code assigned');
+    }
+    const pup = row.main_pup_uid ? await this.db.selectFrom('pups').selectAll().where('uid', '=', row.main_pup_uid).executeTakeFirst() : undefined;
+    const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : v != null && v !== '' && Number.isFinite(Number(v)) ? Number(v) : null);
+    const str = (v: unknown) => (typeof v === 'string' ? v : '');
+    let delivery: Record<string, unknown> | null = null;
+    if (pup?.delivery_address) {
+      try {
+        delivery = JSON.parse(pup.delivery_address) as Record<string, unknown>;
+      } catch {
+        delivery = null;
+      }
+    }
+    return {
+      userUid: row.uid,
+      mailCode: row.mail_code,
+      ...splitMailCode(row.mail_code),
+      pupUid: pup?.uid ?? null,
+      name: pup?.name ?? null,
+      timeZone: pup?.time_zone ?? null,
+      deliveryAddress: delivery
+        ? { streetName: str(delivery.streetName), mailbox: str(delivery.mailbox), city: str(delivery.city), countryIso2: str(delivery.countryIso2), latitude: num(delivery.latitude), longitude: num(delivery.longitude) }
+        : null,
+      locationAddress: pup
+        ? { streetName: pup.loc_street_name ?? '', mailbox: pup.loc_mailbox ?? '', city: pup.loc_city ?? '', countryIso2: pup.loc_country_iso2 ?? '', latitude: num(pup.loc_latitude), longitude: num(pup.loc_longitude) }
+        : null,
+    };
+  }
+
+  // --- Mutation configuration ---------------------------------------------------------------
+
+  async getMutationConfig(tenant: TenantPrincipal, userUid: unknown) {
+    const row = await this.manageable(this.db, tenant, userUid, (uid) => ({ userUid: uid }));
+    return { userUid: row.uid, ...flagsOf(row) };
+  }
+
+  async setMutationConfig(tenant: TenantPrincipal, b: { userUid?: string | null } & MutationFlagsInput) {
+    const result = await this.db.transaction().execute(async (trx) => {
+      const row = await this.manageable(trx, tenant, b.userUid, (uid) => ({ userUid: uid }));
+      const merged = mergeFlags(flagsOf(row), b);
+      if (!merged) throw new AccountFailure('MutationConfigFailed', MUTATION_REFUSED, { userUid: row.uid, ...flagsOf(row) });
+      await trx.updateTable('accounts').set({ ...flagColumns(merged), updated_at: this.now() }).where('uid', '=', row.uid).execute();
+      return { userUid: row.uid, ...merged };
+    });
+    this.log.info({ userUid: result.userUid, tenant: tenant.clientId }, 'account mutation configuration set');
+    return result;
+  }
+
+  // --- SetAccountDetails --------------------------------------------------------------------
+
+  async setDetails(tenant: TenantPrincipal, b: DetailsInput & { userUid?: string | null }) {
+    const denied = (uid: string) => ({ userUid: uid, canManageUser: false, ...shortFieldsNoUser() });
+    // An unknown or unmanageable account is reported before field validation.
+    await this.manageable(this.db, tenant, b.userUid, denied);
+    const d = normalizeDetails(b);
+    const changed: string[] = [];
+    const row = await this.tx(
+      async (trx) => {
+        const cur = await this.manageable(trx, tenant, b.userUid, denied);
+        const set: Partial<AccountRow> = {};
+        if (d.emailAddress !== undefined && emailKey(d.emailAddress) !== cur.email_key) {
+          const other = await this.byEmail(trx, d.emailAddress);
+          if (other && other.uid !== cur.uid) throw new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400);
+          Object.assign(set, { email_address: d.emailAddress, email_key: emailKey(d.emailAddress) });
+          changed.push('emailAddress');
+        } else if (d.emailAddress !== undefined && d.emailAddress !== cur.email_address) {
+          set.email_address = d.emailAddress; // same address, other capitalisation
+          changed.push('emailAddress');
+        }
+        if (d.phoneNumber !== undefined) {
+          set.phone_number = d.phoneNumber;
+          changed.push('phoneNumber');
+        }
+        if (d.languageCode !== undefined) {
+          set.language_code = d.languageCode;
+          changed.push('languageCode');
+        }
+        if (d.name) {
+          Object.assign(set, { first_name: d.name.first, last_name: d.name.last });
+          changed.push('firstName', 'lastName');
+        }
+        if (d.address) {
+          const a = d.address;
+          Object.assign(set, { street_name: a.streetName, street_no: a.streetNo, mailbox: a.mailbox, city: a.city, country_code: a.countryCode });
+          changed.push('address');
+        }
+        if (Object.keys(set).length) await trx.updateTable('accounts').set({ ...set, updated_at: this.now() }).where('uid', '=', cur.uid).execute();
+        return (await this.byUid(trx, cur.uid))!;
+      },
+      () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
+    );
+    this.log.info({ userUid: row.uid, tenant: tenant.clientId, fields: changed }, 'account details set');
+    const f = await this.fields(this.db, row);
+    const s = shortFields(f);
+    return {
+      userUid: s.userUid, canManageUser: true, firstName: s.firstName, lastName: s.lastName, emailAddress: s.emailAddress, phoneNumber: s.phoneNumber,
+      mainPupUid: s.mainPupUid, mainPupName: s.mainPupName, languageCode: s.languageCode, mailCode: s.mailCode,
+    };
+  }
+
+  // --- SetAccountPickUpPoint ----------------------------------------------------------------
+
+  async setPickUpPoint(tenant: TenantPrincipal, b: { userUid?: string | null; pickUpPointUid?: string | null }) {
+    const denied = (uid: string) => ({ userUid: uid, pupUid: null, pickUpPointChanged: false });
+    await this.manageable(this.db, tenant, b.userUid, denied);
+    const pupUid = this.assertPup(tenant, b.pickUpPointUid);
+    const res = await this.tx(
+      async (trx) => {
+        const cur = await this.manageable(trx, tenant, b.userUid, denied);
+        const old = cur.main_pup_uid;
+        const changed = old !== pupUid;
+        const link = await trx.selectFrom('account_pups').select('pup_uid').where('account_uid', '=', cur.uid).where('pup_uid', '=', pupUid).executeTakeFirst();
+        if (!link) await trx.insertInto('account_pups').values({ account_uid: cur.uid, pup_uid: pupUid }).execute();
+        if (changed) {
+          await trx.updateTable('accounts').set({ main_pup_uid: pupUid, updated_at: this.now() }).where('uid', '=', cur.uid).execute();
+          // The link to the previous main PUP goes with it, but only when the caller manages that
+          // PUP (never drop another tenant's link). The new link keeps the account manageable.
+          if (old && tenant.pupUids.has(old)) await trx.deleteFrom('account_pups').where('account_uid', '=', cur.uid).where('pup_uid', '=', old).execute();
+        }
+        return { userUid: cur.uid, pupUid, pickUpPointChanged: changed };
+      },
+      () => new ApiError('InternalError', 'concurrent change of the pick up point; retry', 500),
+    );
+    this.log.info({ userUid: res.userUid, tenant: tenant.clientId, pupUid, changed: res.pickUpPointChanged }, 'account pick up point set');
+    return res;
+  }
+
+  // --- RemoveAccount ------------------------------------------------------------------------
+
+  async remove(tenant: TenantPrincipal, userUid: unknown) {
+    await this.db.transaction().execute(async (trx) => {
+      const row = await this.manageable(trx, tenant, userUid, () => ({}));
+      const isMain = await trx.selectFrom('tenants').select('uid').where('main_account_uid', '=', row.uid).executeTakeFirst();
+      if (isMain || fromBool(row.is_dispatcher)) throw new ApiError('AccessDenied', 'userUid: a dispatcher main account cannot be removed', 400);
+      await trx.deleteFrom('account_pups').where('account_uid', '=', row.uid).execute();
+      await trx.deleteFrom('accounts').where('uid', '=', row.uid).execute();
+    });
+    this.log.info({ userUid, tenant: tenant.clientId }, 'account removed');
+  }
+
+  // --- CreateAccount / CreateOrGetAccount ---------------------------------------------------
+
+  private normalizeCreate(tenant: TenantPrincipal, b: CreateInput) {
+    const d = normalizeDetails(b);
+    const emailAddress = d.emailAddress!;
+    const userName = given(b.userName) && b.userName.trim() ? normUserName(b.userName) : emailAddress;
+    const pupUid = this.assertPup(tenant, b.pickUpPointUid);
+    return { d, emailAddress, userName, pupUid, hasUserName: given(b.userName) && b.userName.trim() !== '' };
+  }
+
+  private async insert(trx: Transaction<Database>, n: ReturnType<AccountService['normalizeCreate']>, flags: MutationFlags | null): Promise<AccountRow> {
+    const uid = newUid();
+    const now = this.now();
+    const a = n.d.address;
+    await trx
+      .insertInto('accounts')
+      .values({
+        uid,
+        user_name: n.userName,
+        user_name_key: n.userName.toLowerCase(),
+        email_address: n.emailAddress,
+        email_key: emailKey(n.emailAddress),
+        first_name: n.d.name!.first,
+        last_name: n.d.name!.last,
+        phone_number: n.d.phoneNumber ?? null,
+        main_pup_uid: n.pupUid,
+        mail_code: await this.freeMailCode(trx),
+        language_code: n.d.languageCode ?? null,
+        street_name: a?.streetName ?? null,
+        street_no: a?.streetNo ?? null,
+        mailbox: a?.mailbox ?? null,
+        city: a?.city ?? null,
+        country_code: a?.countryCode ?? null,
+        ...(flags ? flagColumns(flags) : {}),
+        created_at: now,
+        updated_at: now,
+      })
+      .execute();
+    await trx.insertInto('account_pups').values({ account_uid: uid, pup_uid: n.pupUid }).execute();
+    return (await this.byUid(trx, uid))!;
+  }
+
+  private deniedCreate(uid: string, withExisting: boolean) {
+    return { ...shortFieldsNoUser(), userName: null, userUid: uid, canManageUser: false, ...(withExisting ? { isExisting: true } : {}) };
+  }
+
+  private async created(row: AccountRow) {
+    return { ...shortFields(await this.fields(this.db, row)), canManageUser: true };
+  }
+
+  async create(tenant: TenantPrincipal, b: CreateInput) {
+    const n = this.normalizeCreate(tenant, b);
+    const flags = b.mutationConfig ? mergeFlags(DEFAULT_FLAGS, b.mutationConfig) : DEFAULT_FLAGS;
+    const row = await this.tx(
+      async (trx) => {
+        for (const [existing, what] of [
+          [await this.byEmail(trx, n.emailAddress), 'emailAddress'],
+          [await this.byUserName(trx, n.userName), 'userName'],
+        ] as const) {
+          if (!existing) continue;
+          if (!(await canManageAccount(trx, tenant, existing.uid))) {
+            throw new AccountFailure('AccessDenied', 'an account with this e-mail address or username exists and is managed by another service provider', this.deniedCreate(existing.uid, false));
+          }
+          throw new ApiError(
+            'EmailAlreadyRegistered',
+            what === 'emailAddress'
+              ? 'emailAddress: registered for another account (find it with GetAccount or use CreateOrGetAccount)'
+              : 'userName: an account with this username already exists with another e-mail address',
+            400,
+          );
+        }
+        return this.insert(trx, n, flags);
+      },
+      () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
+    );
+    this.log.info({ userUid: row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
+    const data = await this.created(row);
+    if (!flags) {
+      this.log.warn({ userUid: row.uid, tenant: tenant.clientId }, 'mutation configuration refused');
+      throw new AccountFailure('MutationConfigFailed', `account created, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
+    }
+    return data;
+  }
+
+  async createOrGet(tenant: TenantPrincipal, b: CreateInput) {
+    const n = this.normalizeCreate(tenant, b);
+    type Out = { row: AccountRow; isExisting: boolean; touched: boolean; flagsRefused: boolean };
+    const out = await this.tx(
+      async (trx): Promise<Out> => {
+        const byEmail = await this.byEmail(trx, n.emailAddress);
+        const byUser = n.hasUserName ? await this.byUserName(trx, n.userName) : undefined;
+        const deny = (uid: string) =>
+          new AccountFailure('AccessDenied', 'the account exists and is managed by another service provider', this.deniedCreate(uid, true));
+        const applyFlags = async (row: AccountRow): Promise<{ row: AccountRow; refused: boolean }> => {
+          if (!b.mutationConfig) return { row, refused: false };
+          const merged = mergeFlags(flagsOf(row), b.mutationConfig);
+          if (!merged) return { row, refused: true };
+          await trx.updateTable('accounts').set({ ...flagColumns(merged), updated_at: this.now() }).where('uid', '=', row.uid).execute();
+          return { row: (await this.byUid(trx, row.uid))!, refused: false };
+        };
+
+        if (byUser) {
+          if (!(await canManageAccount(trx, tenant, byUser.uid))) throw deny(byUser.uid);
+          if (byUser.email_key === emailKey(n.emailAddress)) return { row: byUser, isExisting: true, touched: false, flagsRefused: false };
+          // The account exists by username with another e-mail address: update it to the given one.
+          if (byEmail) throw new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account than the given userName', 400);
+          if (!fromBool(byUser.can_change_email_address)) {
+            throw new ApiError('EmailAlreadyRegistered', "emailAddress: the account of the given userName has another e-mail address and it may not be changed (canChangeEmailAddress is false)", 400);
+          }
+          await trx.updateTable('accounts').set({ email_address: n.emailAddress, email_key: emailKey(n.emailAddress), updated_at: this.now() }).where('uid', '=', byUser.uid).execute();
+          const r = await applyFlags((await this.byUid(trx, byUser.uid))!);
+          return { row: r.row, isExisting: true, touched: true, flagsRefused: r.refused };
+        }
+        if (byEmail) {
+          if (!(await canManageAccount(trx, tenant, byEmail.uid))) throw deny(byEmail.uid);
+          if (n.hasUserName) throw new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for an account with another username', 400);
+          return { row: byEmail, isExisting: true, touched: false, flagsRefused: false };
+        }
+        const taken = n.hasUserName ? undefined : await this.byUserName(trx, n.userName);
+        if (taken) {
+          if (!(await canManageAccount(trx, tenant, taken.uid))) throw deny(taken.uid);
+          throw new ApiError('EmailAlreadyRegistered', 'userName: an account with this username already exists with another e-mail address', 400);
+        }
+        const flags = b.mutationConfig ? mergeFlags(DEFAULT_FLAGS, b.mutationConfig) : DEFAULT_FLAGS;
+        return { row: await this.insert(trx, n, flags), isExisting: false, touched: true, flagsRefused: !flags };
+      },
+      () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
+    );
+    if (!out.isExisting) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
+    else if (out.touched) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, fields: ['emailAddress'] }, 'account e-mail address updated');
+    const data = { ...(await this.created(out.row)), isExisting: out.isExisting };
+    if (out.flagsRefused) {
+      throw new AccountFailure('MutationConfigFailed', `account ${out.isExisting ? 'updated' : 'created'}, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
+    }
+    return data;
+  }
+}
+
+/** Defaults of a new account (migration 001): everything changeable, manual removal allowed, the
+ * automatic cleanup may remove it (canRemoveAutomatically false). */
+export const DEFAULT_FLAGS: MutationFlags = {
+  canChangeFirstName: true,
+  canChangeLastName: true,
+  canChangeEmailAddress: true,
+  canChangePhoneNumber: true,
+  canChangeLanguageCode: true,
+  canChangeMainPickUpPoint: true,
+  canChangeAddress: true,
+  canRemoveAutomatically: false,
+  canRemoveManually: true,
+};
+
+function shortFieldsNoUser() {
+  return { firstName: null, lastName: null, emailAddress: null, phoneNumber: null, mainPupUid: null, mainPupName: null, languageCode: null, mailCode: null };
+}
+
+export { parsePhone };
