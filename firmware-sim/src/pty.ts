@@ -49,9 +49,13 @@ export function liveSocatCount(): number {
 function removeStaleLink(p: string): void {
   try {
     const st = fs.lstatSync(p);
-    // Only ever remove a symlink (a previous socat's link); never a real file or device.
-    if (st.isSymbolicLink()) fs.unlinkSync(p);
-    else throw new SimError('SIM_PATH_IN_USE', `${p} exists and is not a symlink`);
+    // Only ever remove a dangling symlink left by a socat that died; never a real file or device,
+    // and never the live link of another running simulator.
+    if (!st.isSymbolicLink()) throw new SimError('SIM_PATH_IN_USE', `${p} exists and is not a symlink`);
+    if (fs.existsSync(p)) {
+      throw new SimError('SIM_PATH_IN_USE', `${p} is the live device of another simulator (remove the link if it is stale)`);
+    }
+    fs.unlinkSync(p);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
   }

@@ -2,6 +2,8 @@
 // configured baud rate (a lower bound only: a reply never arrives before its wire time).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { dialects } from '@locker/lockbus';
 import { Simulator, wireTimeMs, type SimBus } from '@locker/firmware-sim';
 import { SerialHost, TcpHost, bytes, sleep, spaced } from './helpers';
@@ -54,6 +56,27 @@ describe('unplug and replug over a pty', () => {
     expect(rep.kind === 'status' && rep.items![6]).toBe(true);
     await again.close();
     await host.close();
+  });
+});
+
+describe('explicit pty paths', () => {
+  it('replaces a dangling link but refuses the live device of another simulator', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sim-path-'));
+    const p = path.join(dir, 'ttyUSB0');
+    fs.symlinkSync('/dev/pts/999999', p); // left behind by a dead socat
+    const mk = () =>
+      new Simulator({ realTiming: false, buses: [{ name: 'x', link: { kind: 'pty', path: p }, dialect: 'kerong-cu16', boards: [{ address: 0 }] }] });
+    const first = mk();
+    await first.start();
+    expect(fs.realpathSync(p)).toMatch(/^\/dev\/pts\/\d+$/);
+    const second = mk();
+    await expect(second.start()).rejects.toMatchObject({ code: 'SIM_PATH_IN_USE' });
+    expect(fs.existsSync(p)).toBe(true); // the first simulator's device is untouched
+    const host = await SerialHost.open(p);
+    expect(cu16.decodeReply(await host.transact('02 00 30 03 35', 9))).toMatchObject({ kind: 'status', board: 0 });
+    await host.close();
+    await first.stop();
+    expect(fs.existsSync(p)).toBe(false);
   });
 });
 
