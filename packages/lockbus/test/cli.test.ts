@@ -1,0 +1,106 @@
+// Wiring-check CLI against the simulator over a real pty (in-process main(); one spawn of the
+// real bin for the exit code).
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Simulator } from '@locker/firmware-sim';
+import { main, parseBoards } from '../src/cli';
+import { dialects } from '../src/index';
+
+describe('locker-lockbus CLI', () => {
+  const sim = new Simulator({
+    buses: [
+      { name: 'cu', link: { kind: 'pty' }, dialect: 'kerong-cu16', boards: [{ address: 0 }, { address: 2 }] },
+      { name: 'g', link: { kind: 'tcp', port: 0 }, dialect: 'generic-8a80', boards: [{ address: 4, locks: 12 }] },
+    ],
+  });
+  beforeAll(() => sim.start());
+  afterAll(() => sim.stop());
+  beforeEach(() => {
+    sim.bus('cu').reset();
+    sim.bus('g').reset();
+  });
+
+  async function run(args: string[]) {
+    const lines: string[] = [];
+    const code = await main(args, (s) => lines.push(s));
+    return { code, text: lines.join('\n') };
+  }
+
+  it('scan lists the boards that answer, open locks and items', async () => {
+    const cu = sim.bus('cu');
+    cu.lock(0, 3).openDoor();
+    cu.lock(0, 1).putItem();
+    cu.lock(2, 10).putItem();
+    const { code, text } = await run(['scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '0-3', '--timeout', '100']);
+    expect(code).toBe(0);
+    expect(text).toContain('board  0: answers (ok ok ok); 16 locks; open: 3; items: 1');
+    expect(text).toContain('board  1: no answer');
+    expect(text).toContain('board  2: answers (ok ok ok); 16 locks; open: none; items: 10');
+    expect(text).toContain('board  3: no answer');
+    expect(text).toContain('2 board(s) answer: 0, 2');
+  });
+
+  it('scan --json over TCP on an 8A/80 bus', async () => {
+    const g = sim.bus('g');
+    g.lock(4, 12).openDoor();
+    const { code, text } = await run(['scan', '--port', `tcp://127.0.0.1:${g.tcpPort}`, '--dialect', 'generic-8a80', '--boards', '3,4', '--locks', '12', '--json', '--timeout', '100']);
+    expect(code).toBe(0);
+    const report = JSON.parse(text);
+    expect(report.boards.map((b: { address: number; result: string }) => [b.address, b.result])).toEqual([
+      [3, 'no-answer'],
+      [4, 'answers'],
+    ]);
+    expect(report.boards[1].openLocks).toEqual([12]);
+    expect(report.boards[1].items).toBeNull();
+  });
+
+  it('garbled answers are flagged as a possible duplicate address', async () => {
+    const cu = sim.bus('cu');
+    cu.faults.set({ badChecksum: true });
+    const { code, text } = await run(['scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '2', '--timeout', '100']);
+    expect(code).toBe(0);
+    expect(text).toContain('board  2: GARBLED (BAD_CHECKSUM BAD_CHECKSUM BAD_CHECKSUM)');
+    expect(text).toContain('same address');
+  });
+
+  it('scan finds nothing on a silent bus: exit 2', async () => {
+    const cu = sim.bus('cu');
+    cu.faults.set({ noReply: true });
+    const { code, text } = await run(['scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '0-1', '--timeout', '60']);
+    expect(code).toBe(2);
+    expect(text).toContain('no board answers');
+  });
+
+  it('unlock opens the door and confirms it by polling', async () => {
+    const cu = sim.bus('cu');
+    const { code, text } = await run(['unlock', '--port', cu.path!, '--dialect', 'kerong-cu16', '--board', '2', '--lock', '7', '--watch', '3000']);
+    expect(text).toContain('unlock sent to board 2 lock 7');
+    expect(text).toContain('door 2/7 opened');
+    expect(code).toBe(0);
+    expect(cu.lock(2, 7).state.doorOpen).toBe(true);
+  });
+
+  it('a missing port: exit 1 with PORT_OPEN_FAILED', async () => {
+    const { code, text } = await run(['scan', '--port', '/dev/does-not-exist-lockbus', '--dialect', 'kerong-cu16']);
+    expect(code).toBe(1);
+    expect(text).toContain('PORT_OPEN_FAILED');
+  });
+
+  it('usage errors', async () => {
+    expect((await run([])).code).toBe(1);
+    expect((await run(['scan', '--port', 'x', '--dialect', 'nope'])).text).toContain('--dialect are required');
+    expect(parseBoards('0-2,5', dialects['kerong-cu16'])).toEqual([0, 1, 2, 5]);
+    expect(() => parseBoards('0', dialects['generic-8a80'])).toThrow(/outside 1..31/);
+  });
+
+  it('the bin runs (exit code 2 on a silent bus)', async () => {
+    const cu = sim.bus('cu');
+    cu.faults.set({ noReply: true });
+    const r = await promisify(execFile)(process.execPath, ['packages/lockbus/bin/locker-lockbus.js', 'scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '0', '--timeout', '50'], {
+      cwd: '/work/main',
+    }).catch((e: { code: number; stdout: string }) => e);
+    expect((r as { code?: number }).code).toBe(2);
+    expect((r as { stdout: string }).stdout).toContain('board  0: no answer');
+  });
+});
