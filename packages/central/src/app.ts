@@ -21,6 +21,19 @@ function envelopeError(reply: FastifyReply, status: number, code: string, messag
   return reply.code(status).type('application/json; charset=utf-8').send({ success: false, error: code, message });
 }
 
+/** The path of the first string (value or key) containing U+0000, or null. */
+export function findNul(v: unknown, path = '', depth = 0): string | null {
+  if (typeof v === 'string') return v.includes('\u0000') ? path || '(body)' : null;
+  if (depth > 64 || !v || typeof v !== 'object') return null;
+  for (const [k, c] of Object.entries(v as Record<string, unknown>)) {
+    const p = path ? `${path}.${k}` : k;
+    if (k.includes('\u0000')) return p;
+    const hit = findNul(c, p, depth + 1);
+    if (hit) return hit;
+  }
+  return null;
+}
+
 function fieldPath(instancePath: string | undefined): string {
   return (instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
 }
@@ -82,6 +95,15 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
     const p = await principals.get(claims.sub);
     if (!p) throw new ApiError('Unauthorized', 'the token belongs to no known client', 401);
     req.tenant = p;
+  });
+
+  // PostgreSQL text cannot hold U+0000 (the query fails with a 500), so a NUL anywhere in the
+  // JSON body of a /v1/ call is refused up front as InvalidRequest naming the field, on both
+  // engines alike. A global hook runs before every route's own preValidation.
+  app.addHook('preValidation', async (req) => {
+    if (req.routeOptions.config?.auth !== 'tenant' || req.body == null || typeof req.body !== 'object') return;
+    const at = findNul(req.body);
+    if (at) throw new ApiError('InvalidRequest', `${at}: must not contain the NUL character (U+0000)`, 400);
   });
 
   app.setNotFoundHandler((req, reply) => envelopeError(reply, 404, 'NotFound', `no such endpoint: ${req.method} ${req.url.split('?')[0]}`));

@@ -142,6 +142,19 @@ describeEngines('PickupPoints API', (engine) => {
       expect(res.body.message).toContain(field);
     });
 
+    it('refuses a NUL character in a string (PostgreSQL cannot store it) as InvalidRequest naming the field', async () => {
+      for (const [body, field] of [
+        [{ pageNo: 1, pageSize: 10, searchText: 'a\u0000' }, 'searchText'],
+        [{ pageNo: 1, pageSize: 10, pupUid: `${PUP_A1}\u0000` }, 'pupUid'],
+      ] as const) {
+        const res = await t.post(GET_PUPS, body);
+        expect(res.status).toBe(400);
+        expect(res.body).toMatchObject({ success: false, error: 'InvalidRequest', message: expect.stringContaining(field) });
+      }
+      const res = await t.post(LOCKERS, { pageNo: 1, pageSize: 10, pupUid: 'x\u0000' });
+      expect(res.body).toMatchObject({ success: false, error: 'InvalidRequest', message: expect.stringContaining('pupUid') });
+    });
+
     it('needs a token', async () => {
       const res = await t.post(GET_PUPS, { pageNo: 1, pageSize: 10 }, null);
       expect(res.status).toBe(401);
