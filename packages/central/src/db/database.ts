@@ -59,7 +59,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
     });
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
     const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-    return makeDb(kysely, 'postgres', { pool });
+    return makeDb(kysely, 'postgres', { pool }, schema);
   }
   const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');
   if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
@@ -72,13 +72,15 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
   return makeDb(kysely, 'sqlite', { sqlite });
 }
 
-function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool }): Db {
+function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool }, pgSchema?: string): Db {
   return {
     kysely,
     engine,
     ...extra,
     async migrate() {
-      const migrator = new Migrator({ db: kysely, provider: new StaticProvider(allMigrations) });
+      // migrationTableSchema: otherwise Kysely finds its lock table in ANY schema (another test
+      // file's) and then fails to use it in this one.
+      const migrator = new Migrator({ db: kysely, provider: new StaticProvider(allMigrations), ...(pgSchema ? { migrationTableSchema: pgSchema } : {}) });
       const { error, results } = await migrator.migrateToLatest();
       if (error) throw error;
       return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
