@@ -1,5 +1,19 @@
-// Routes of this area are registered here (placeholder until the area lands).
+// The Logistics endpoints (shipments): creating (logistics/create.ts), managing
+// (logistics/manage.ts) and reading (logistics/read.ts). Registers the expiry worker.
 import type { FastifyInstance } from 'fastify';
 import type { AppContext } from '../context';
+import { registerWorkerFactory } from '../workers';
+import { ExpiryWorker } from '../shipments/expiry';
+import { createRoutes } from './logistics/create';
+import { manageRoutes } from './logistics/manage';
+import { readRoutes } from './logistics/read';
 
-export async function logisticsRoutes(_app: FastifyInstance, _ctx: AppContext): Promise<void> {}
+export const expiryWorkerFactory = (ctx: AppContext) => new ExpiryWorker(ctx);
+
+export async function logisticsRoutes(app: FastifyInstance, ctx: AppContext): Promise<void> {
+  await createRoutes(app, ctx);
+  await manageRoutes(app, ctx);
+  await readRoutes(app, ctx);
+}
+
+registerWorkerFactory(expiryWorkerFactory);

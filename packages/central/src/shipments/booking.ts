@@ -1,0 +1,130 @@
+// The booking engine: choose and take a locker for a package. lockers.booked_shipment_uid is the
+// single source of truth for "booked"; a locker is taken only by a conditional UPDATE ... WHERE
+// booked_shipment_uid IS NULL whose affected-row count is checked, so two concurrent bookings can
+// never hold the same locker on either engine. On PostgreSQL the candidate is first locked with
+// SELECT ... FOR UPDATE SKIP LOCKED so concurrent bookers do not queue behind each other.
+import { sql } from 'kysely';
+import { ApiError } from '../errors';
+import type { TenantPrincipal } from '../context';
+import type { Engine } from '../db/database';
+import type { Trx } from './tx';
+
+export interface Dim {
+  width: number;
+  height: number;
+  length: number;
+}
+
+/** A package fits a locker when its sides, in some orientation, fit the locker's sides. */
+export function fits(pkg: Dim, locker: Dim): boolean {
+  const a = [pkg.width, pkg.height, pkg.length].sort((x, y) => x - y);
+  const b = [locker.width, locker.height, locker.length].sort((x, y) => x - y);
+  return a[0]! <= b[0]! && a[1]! <= b[1]! && a[2]! <= b[2]!;
+}
+
+export interface LockerCandidate extends Dim {
+  uid: string;
+  name: string;
+  type_code: string;
+  booked_shipment_uid: string | null;
+}
+
+const sizeKey = (l: Dim) => [l.width, l.height, l.length].sort((x, y) => x - y).join('x');
+const volume = (l: Dim) => l.width * l.height * l.length;
+
+/**
+ * The free lockers to try, best first: the smallest fitting size first (normal lockers before
+ * special kinds such as cooled, then by name). Without allowLarger only lockers of the smallest
+ * size that fits (free or not) are candidates.
+ */
+export function chooseCandidates(lockers: LockerCandidate[], pkg: Dim, allowLarger: boolean): LockerCandidate[] {
+  const fitting = lockers
+    .filter((l) => fits(pkg, l))
+    .sort((x, y) => volume(x) - volume(y) || Number(x.type_code !== 'normal') - Number(y.type_code !== 'normal') || (x.name < y.name ? -1 : x.name > y.name ? 1 : 0));
+  if (fitting.length === 0) return [];
+  const allowed = allowLarger ? fitting : fitting.filter((l) => sizeKey(l) === sizeKey(fitting[0]!));
+  return allowed.filter((l) => l.booked_shipment_uid === null);
+}
+
+export interface BookRequest {
+  pupUid: string;
+  dimension: Dim;
+  allowLarger: boolean;
+  allowOverflow: boolean;
+  lockerUid?: string | null;
+}
+
+export interface Booked {
+  pupUid: string;
+  lockerUid: string;
+  lockerName: string;
+}
+
+/** Takes one locker if it is still free; true when this call took it. */
+export async function takeLocker(trx: Trx, engine: Engine, lockerUid: string, shipmentUid: string, now: string): Promise<boolean> {
+  if (engine === 'postgres') {
+    const locked = await sql<{ uid: string }>`SELECT uid FROM lockers WHERE uid = ${lockerUid} AND booked_shipment_uid IS NULL AND active = 1 FOR UPDATE SKIP LOCKED`.execute(trx);
+    if (locked.rows.length === 0) return false;
+  }
+  const res = await trx
+    .updateTable('lockers')
+    .set({ booked_shipment_uid: shipmentUid, updated_at: now })
+    .where('uid', '=', lockerUid)
+    .where('booked_shipment_uid', 'is', null)
+    .where('active', '=', 1)
+    .executeTakeFirst();
+  return Number(res.numUpdatedRows) === 1;
+}
+
+/** Frees a locker held by this shipment (no-op when another holds it). */
+export async function releaseLocker(trx: Trx, lockerUid: string, shipmentUid: string, now: string): Promise<void> {
+  await trx.updateTable('lockers').set({ booked_shipment_uid: null, updated_at: now }).where('uid', '=', lockerUid).where('booked_shipment_uid', '=', shipmentUid).execute();
+}
+
+/** Hands a locker from one shipment to the next one of its chain. */
+export async function transferLocker(trx: Trx, lockerUid: string, fromUid: string, toUid: string, now: string): Promise<boolean> {
+  const res = await trx.updateTable('lockers').set({ booked_shipment_uid: toUid, updated_at: now }).where('uid', '=', lockerUid).where('booked_shipment_uid', '=', fromUid).executeTakeFirst();
+  return Number(res.numUpdatedRows) === 1;
+}
+
+const noLocker = (msg: string) => new ApiError('NoLockerAvailable', msg);
+
+async function bookAt(trx: Trx, engine: Engine, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
+  const lockers = await trx
+    .selectFrom('lockers')
+    .select(['uid', 'name', 'width', 'height', 'length', 'type_code', 'booked_shipment_uid'])
+    .where('pup_uid', '=', pupUid)
+    .where('active', '=', 1)
+    .execute();
+  for (const c of chooseCandidates(lockers, req.dimension, req.allowLarger)) {
+    if (await takeLocker(trx, engine, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
+  }
+  return null;
+}
+
+/** Books a locker for a new shipment or throws NoLockerAvailable / InvalidPupUid / InvalidRequest. */
+export async function bookLocker(trx: Trx, engine: Engine, tenant: TenantPrincipal, req: BookRequest, shipmentUid: string, now: string): Promise<Booked> {
+  if (!tenant.pupUids.has(req.pupUid)) throw new ApiError('InvalidPupUid', `PupUid ${req.pupUid} is not a pick up point of this client`);
+  if (req.lockerUid) {
+    const l = await trx.selectFrom('lockers').select(['uid', 'name', 'pup_uid', 'width', 'height', 'length', 'active']).where('uid', '=', req.lockerUid).executeTakeFirst();
+    if (!l || l.pup_uid !== req.pupUid) throw new ApiError('InvalidRequest', `LockerUid: ${req.lockerUid} is not a locker of pick up point ${req.pupUid}`);
+    if (!l.active) throw noLocker(`locker ${l.name} is out of service`);
+    if (!fits(req.dimension, l)) throw noLocker(`the package does not fit locker ${l.name}`);
+    if (!(await takeLocker(trx, engine, l.uid, shipmentUid, now))) throw noLocker(`locker ${l.name} is already booked`);
+    return { pupUid: req.pupUid, lockerUid: l.uid, lockerName: l.name };
+  }
+  const here = await bookAt(trx, engine, req.pupUid, req, shipmentUid, now);
+  if (here) return here;
+  if (req.allowOverflow) {
+    const pup = await trx.selectFrom('pups').select('overflow_pup_uid').where('uid', '=', req.pupUid).executeTakeFirst();
+    const overflow = pup?.overflow_pup_uid;
+    if (overflow && tenant.pupUids.has(overflow)) {
+      const there = await bookAt(trx, engine, overflow, req, shipmentUid, now);
+      if (there) return there;
+      throw noLocker(`no fitting locker is free at pick up point ${req.pupUid} nor at its overflow pick up point ${overflow}`);
+    }
+  }
+  throw noLocker(
+    `no fitting locker is free at pick up point ${req.pupUid}${req.allowLarger ? '' : ' in the smallest fitting size (AllowLargerLockers is false)'}`,
+  );
+}

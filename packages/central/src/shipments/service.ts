@@ -1,0 +1,436 @@
+// The shipments service: creating, chaining, managing shipments and applying door events. Every
+// write runs in one transaction (TxRunner: group commit on SQLite) and every state change goes
+// through the pure state machine, is stored with its cause (shipment_transitions) and queues a
+// ShipmentStatusUpdate in the same transaction (enqueueShipmentStatus).
+import type { Selectable } from 'kysely';
+import type { AppContext, TenantPrincipal } from '../context';
+import type { Logger } from '../logger';
+import type { ShipmentsTable } from '../db/schema-shipments';
+import { ApiError } from '../errors';
+import { newUid, toDbTime } from '../ids';
+import { canManageAccount } from '../accounts/access';
+import { enqueueShipmentStatus } from '../callbacks/outbox';
+import { bookLocker, fits, releaseLocker, transferLocker, type BookRequest, type Dim } from './booking';
+import { copyCodes, insertCodePair, insertLinkCode, invalidateCodes, type CodeOwner } from './codes';
+import { initial, transition, type Input, type MachineState } from './state-machine';
+import { createTxRunner, type Trx, type TxRunner } from './tx';
+import { isActive, type Cause, type Flow, type StateCode, type TypeCode, type WaitKind } from './types';
+
+export type ShipmentRow = Selectable<ShipmentsTable>;
+
+export interface Details {
+  referenceNo?: string | null;
+  referenceCaseNo?: string | null;
+  description?: string | null;
+}
+
+export interface CreateSpec {
+  typeCode: TypeCode;
+  flow: Flow;
+  fromUserUid: string | null;
+  toUserUid: string | null;
+  receiverDelayed?: boolean;
+  keepBooked?: boolean;
+  details: Details;
+  dimension: Dim;
+  /** book a new locker ... */
+  booking?: BookRequest;
+  /** ... or wait on another shipment's locker */
+  waitOn?: { row: ShipmentRow; kind: WaitKind };
+  swapsShipmentUid?: string | null;
+  priorShipmentUid?: string | null;
+  /** endpoint name, stored as the cause detail of the first transition */
+  origin: string;
+}
+
+export interface Created {
+  row: ShipmentRow;
+  lockerName: string | null;
+}
+
+/** A door event reported by a terminal (edge sync) or simulated on staging. */
+export interface LockerAccessEvent {
+  pupUid: string;
+  lockerUid?: string;
+  lockerName?: string;
+  /** the PIN or Qr value the door was opened with */
+  code: string;
+  /** item sensor at door close; undefined/null: unknown (simulation assumes the action happened) */
+  itemPresent?: boolean | null;
+  cause: 'door' | 'simulate';
+  /** only shipments of this tenant match (SimulateLockerAccess) */
+  tenantUid?: string;
+  at?: Date;
+}
+
+export interface LockerAccessResult {
+  shipmentUid: string;
+  action: 'DropOff' | 'PickUp';
+  changed: boolean;
+  stateCode: StateCode;
+}
+
+const ROTATE_WINDOW_MS = 15 * 60_000;
+export const UNLOCK_MAX_FAILURES = 5;
+
+const THROTTLE_MS = ROTATE_WINDOW_MS;
+
+export class ShipmentService {
+  readonly tx: TxRunner;
+  private readonly log: Logger;
+
+  constructor(readonly ctx: AppContext) {
+    this.tx = createTxRunner(ctx.db);
+    this.log = ctx.log.child({ ns: 'central.shipments' });
+  }
+
+  private nowDb(d?: Date): string {
+    return toDbTime(d ?? this.ctx.clock.now());
+  }
+
+  private deadline(now: string): string {
+    return toDbTime(new Date(new Date(now).getTime() + this.ctx.config.shipments.dropOffDeadlineHours * 3_600_000));
+  }
+
+  // ---- loading -------------------------------------------------------------------------------
+
+  /** Loads a shipment for a change (row-locked on PostgreSQL). */
+  async load(trx: Trx, uid: string): Promise<ShipmentRow | undefined> {
+    let q = trx.selectFrom('shipments').selectAll().where('uid', '=', uid);
+    if (this.ctx.db.engine === 'postgres') q = q.forUpdate();
+    return q.executeTakeFirst();
+  }
+
+  /** A shipment of this tenant; another tenant's shipment behaves as unknown (InvalidShipment). */
+  async own(trx: Trx, tenant: TenantPrincipal, uid: string | null | undefined, field = 'shipmentUid'): Promise<ShipmentRow> {
+    const row = uid ? await this.load(trx, uid) : undefined;
+    if (!row || row.tenant_uid !== tenant.uid) throw new ApiError('InvalidShipment', `${field}: unknown shipment ${uid ?? '(none)'}`);
+    return row;
+  }
+
+  async findWaiter(trx: Trx, uid: string): Promise<ShipmentRow | undefined> {
+    return trx.selectFrom('shipments').selectAll().where('waits_on_uid', '=', uid).where('state_code', '=', 'LockerAssigned').executeTakeFirst();
+  }
+
+  async checkUser(trx: Trx, tenant: TenantPrincipal, uid: string, field: string): Promise<void> {
+    if (uid === tenant.mainAccountUid) return;
+    if (!(await canManageAccount(trx, tenant, uid))) throw new ApiError('InvalidUserUid', `${field}: ${uid} is not an account this client can manage`);
+  }
+
+  private owner(row: ShipmentRow): CodeOwner {
+    return { shipmentUid: row.uid, tenantUid: row.tenant_uid, pupUid: row.pup_uid, lockerUid: row.locker_uid };
+  }
+
+  private async emit(trx: Trx, row: ShipmentRow, stateCode: string, now: string): Promise<void> {
+    await enqueueShipmentStatus(
+      trx,
+      {
+        tenantUid: row.tenant_uid,
+        shipmentUid: row.uid,
+        stateCode,
+        stateStart: now,
+        shipmentType: row.type_code,
+        referenceNo: row.reference_no,
+        referenceCaseNo: row.reference_case_no,
+        description: row.description,
+        pupUid: row.pup_uid,
+        fromUserUid: row.from_user_uid,
+        toUserUid: row.to_user_uid,
+      },
+      now,
+    );
+  }
+
+  private machine(row: ShipmentRow, waiter: ShipmentRow | undefined): MachineState {
+    return {
+      state: row.state_code as StateCode,
+      hasReceiver: !!row.to_user_uid,
+      keepBooked: !!row.keep_booked,
+      waitKind: (row.wait_kind as WaitKind | null) ?? null,
+      waiter: (waiter?.wait_kind as WaitKind | undefined) ?? null,
+    };
+  }
+
+  /** Checks an input against the state machine without changing anything (error precedence). */
+  check(row: ShipmentRow, input: Input): void {
+    const r = transition(this.machine(row, undefined), input);
+    if (!r.ok) throw new ApiError('InvalidShipmentState', r.reason);
+  }
+
+  // ---- applying an input ---------------------------------------------------------------------
+
+  /**
+   * Runs one input through the state machine and carries out its effects: stores the new state,
+   * one audit row and one outbox event per entered state, code changes, locker release or
+   * hand-over to the shipment waiting on this one (which gets its own input, same cause).
+   */
+  async apply(trx: Trx, row: ShipmentRow, input: Input, cause: Cause, detail: string, now: string, data: Partial<ShipmentsTable> = {}): Promise<ShipmentRow> {
+    const needsWaiter = input.type === 'DropOff' || input.type === 'PickUp' || input.type === 'Cancel' || input.type === 'Expire';
+    const waiter = needsWaiter ? await this.findWaiter(trx, row.uid) : undefined;
+    const r = transition(this.machine(row, waiter), input);
+    if (!r.ok) throw new ApiError('InvalidShipmentState', r.reason);
+
+    const upd: Partial<ShipmentsTable> = { ...data, updated_at: now };
+    if (r.steps.length) {
+      upd.state_code = r.state.state;
+      upd.active = isActive(r.state.state) ? 1 : 0;
+      upd.state_start = now;
+      upd.seq = row.seq + r.steps.length;
+    }
+    if (r.state.waitKind === null && row.wait_kind !== null) {
+      upd.waits_on_uid = null;
+      upd.wait_kind = null;
+    }
+    for (const e of r.effects) {
+      if (e.type === 'StartDropOffDeadline') upd.drop_off_deadline = this.deadline(now);
+      else if (e.type === 'ClearDropOffDeadline') upd.drop_off_deadline = null;
+    }
+    await trx.updateTable('shipments').set(upd).where('uid', '=', row.uid).execute();
+    const next: ShipmentRow = { ...row, ...upd };
+
+    let from: string = row.state_code;
+    let seq = row.seq;
+    for (const to of r.steps) {
+      seq++;
+      await trx.insertInto('shipment_transitions').values({ shipment_uid: row.uid, seq, tenant_uid: row.tenant_uid, from_state: from, to_state: to, cause, detail, at: now }).execute();
+      await this.emit(trx, next, to, now);
+      from = to;
+    }
+
+    for (const e of r.effects) {
+      switch (e.type) {
+        case 'InvalidateCodes':
+          await invalidateCodes(trx, row.uid, e.usage, now);
+          break;
+        case 'RenewDropOffCodes':
+          await invalidateCodes(trx, row.uid, 'DropOff', now);
+          await insertCodePair(trx, this.owner(next), 'DropOff', now);
+          break;
+        case 'NewLinkCode':
+          await invalidateCodes(trx, row.uid, 'LinkCode', now);
+          await insertLinkCode(trx, this.owner(next), now);
+          break;
+        case 'ReleaseLocker':
+          if (!row.locker_uid) break;
+          if (waiter) {
+            await transferLocker(trx, row.locker_uid, row.uid, waiter.uid, now);
+            const what = e.waiterInput === 'PriorPickedUp' ? 'picked up' : e.waiterInput === 'PriorDroppedOff' ? 'dropped off' : `${r.state.state.toLowerCase()}, locker handed over`;
+            await this.apply(trx, waiter, { type: e.waiterInput }, cause, `${waiter.wait_kind}: ${row.uid} ${what}`, now);
+          } else {
+            await releaseLocker(trx, row.locker_uid, row.uid, now);
+          }
+          break;
+        case 'Unlink':
+          if (waiter && row.waits_on_uid && row.wait_kind) await this.relink(trx, waiter, row.waits_on_uid, row.wait_kind as WaitKind, now);
+          break;
+        default:
+          break;
+      }
+    }
+    return next;
+  }
+
+  /** A waiter whose shipment left the chain waits where that one waited, with its kind. */
+  private async relink(trx: Trx, waiter: ShipmentRow, onUid: string, kind: WaitKind, now: string): Promise<void> {
+    await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, updated_at: now }).where('uid', '=', waiter.uid).execute();
+    await invalidateCodes(trx, waiter.uid, 'DropOff', now);
+    await this.assignDropOffCodes(trx, { ...waiter, waits_on_uid: onUid, wait_kind: kind }, now);
+  }
+
+  /** Drop-off codes: a swap's equal the swapped shipment's pick-up codes; circular stock's equal the intake's drop-off codes. */
+  private async assignDropOffCodes(trx: Trx, row: ShipmentRow, now: string): Promise<void> {
+    if (row.wait_kind === 'swap' && row.waits_on_uid) await copyCodes(trx, row.waits_on_uid, 'PickUp', this.owner(row), 'DropOff', now);
+    else if (row.wait_kind === 'circular' && row.waits_on_uid) await copyCodes(trx, row.waits_on_uid, 'DropOff', this.owner(row), 'DropOff', now);
+    else await insertCodePair(trx, this.owner(row), 'DropOff', now);
+  }
+
+  // ---- creating ------------------------------------------------------------------------------
+
+  async createIn(trx: Trx, tenant: TenantPrincipal, spec: CreateSpec, now: string): Promise<Created> {
+    const uid = newUid();
+    let pupUid: string;
+    let lockerUid: string | null;
+    let lockerName: string | null = null;
+    if (spec.waitOn) {
+      const w = spec.waitOn.row;
+      if (!isActive(w.state_code as StateCode)) throw new ApiError('InvalidShipmentState', `shipment ${w.uid} is ${w.state_code}: nothing can be chained to it`);
+      if (w.keep_booked) throw new ApiError('InvalidShipmentState', `shipment ${w.uid} keeps its locker booked after pick-up: nothing can be chained to it`);
+      if (await this.findWaiter(trx, w.uid)) throw new ApiError('InvalidShipmentState', `shipment ${w.uid} already has a shipment waiting on its locker`);
+      pupUid = w.pup_uid;
+      lockerUid = w.locker_uid;
+      if (lockerUid) {
+        const l = await trx.selectFrom('lockers').select(['name', 'width', 'height', 'length']).where('uid', '=', lockerUid).executeTakeFirstOrThrow();
+        if (!fits(spec.dimension, l)) throw new ApiError('NoLockerAvailable', `the package does not fit locker ${l.name} of shipment ${w.uid}`);
+        lockerName = l.name;
+      }
+    } else {
+      if (!spec.booking) throw new Error('createIn: booking or waitOn required');
+      const b = await bookLocker(trx, this.ctx.db.engine, tenant, spec.booking, uid, now);
+      pupUid = b.pupUid;
+      lockerUid = b.lockerUid;
+      lockerName = b.lockerName;
+    }
+    const init = initial({ hasReceiver: !!spec.toUserUid, keepBooked: !!spec.keepBooked, waitKind: spec.waitOn?.kind ?? null });
+    const row: ShipmentRow = {
+      uid,
+      tenant_uid: tenant.uid,
+      type_code: spec.typeCode,
+      flow: spec.flow,
+      state_code: init.state.state,
+      active: 1,
+      state_start: now,
+      created_at: now,
+      updated_at: now,
+      reference_no: spec.details.referenceNo ?? null,
+      reference_case_no: spec.details.referenceCaseNo ?? null,
+      description: spec.details.description ?? null,
+      from_user_uid: spec.fromUserUid,
+      to_user_uid: spec.toUserUid,
+      from_address: null,
+      to_address: null,
+      receiver_delayed: spec.receiverDelayed ? 1 : 0,
+      keep_booked: spec.keepBooked ? 1 : 0,
+      pup_uid: pupUid,
+      locker_uid: lockerUid,
+      width: spec.dimension.width,
+      height: spec.dimension.height,
+      length: spec.dimension.length,
+      swaps_shipment_uid: spec.swapsShipmentUid ?? null,
+      prior_shipment_uid: spec.priorShipmentUid ?? null,
+      waits_on_uid: spec.waitOn?.row.uid ?? null,
+      wait_kind: spec.waitOn?.kind ?? null,
+      drop_off_deadline: init.effects.some((e) => e.type === 'StartDropOffDeadline') ? this.deadline(now) : null,
+      seq: 1,
+    };
+    await trx.insertInto('shipments').values(row).execute();
+    await trx.insertInto('shipment_transitions').values({ shipment_uid: uid, seq: 1, tenant_uid: tenant.uid, from_state: null, to_state: row.state_code, cause: 'api', detail: spec.origin, at: now }).execute();
+    await this.emit(trx, row, row.state_code, now);
+    await this.assignDropOffCodes(trx, row, now);
+    await insertCodePair(trx, this.owner(row), 'PickUp', now);
+    await insertLinkCode(trx, this.owner(row), now);
+    return { row, lockerName };
+  }
+
+  /** Runs a write job in a transaction (group commit on SQLite) with the current time. */
+  write<T>(job: (trx: Trx, now: string) => Promise<T>): Promise<T> {
+    return this.tx.run((trx) => job(trx, this.nowDb()));
+  }
+
+  // ---- door events ---------------------------------------------------------------------------
+
+  /**
+   * Applies a door event: the door of a locker was opened with a code and closed. A drop-off code
+   * of a shipment ready for drop-off, closed with an item (or unknown), is a drop-off; a pick-up
+   * code of a shipment ready for pick-up, closed empty (or unknown), is a pick-up (with a swap
+   * waiting, the pick-up counts whatever the sensor says: rule 7). Runs the same transitions
+   * whether the event comes from a terminal or from SimulateLockerAccess.
+   */
+  async applyLockerAccess(ev: LockerAccessEvent): Promise<LockerAccessResult> {
+    return this.tx.run(async (trx) => {
+      const now = this.nowDb(ev.at);
+      let lq = trx.selectFrom('lockers').select(['uid', 'name']).where('pup_uid', '=', ev.pupUid);
+      lq = ev.lockerUid ? lq.where('uid', '=', ev.lockerUid) : lq.where('name', '=', ev.lockerName ?? '');
+      const locker = await lq.executeTakeFirst();
+      if (!locker) throw new ApiError('InvalidRequest', `lockerName: no locker ${ev.lockerName ?? ev.lockerUid ?? ''} at pick up point ${ev.pupUid}`);
+      let cq = trx
+        .selectFrom('access_codes')
+        .select(['shipment_uid', 'usage'])
+        .where('pup_uid', '=', ev.pupUid)
+        .where('value', '=', ev.code)
+        .where('valid', '=', 1)
+        .where('shared', '=', 0)
+        .where('locker_uid', '=', locker.uid)
+        .where('usage', 'in', ['DropOff', 'PickUp']);
+      if (ev.tenantUid) cq = cq.where('tenant_uid', '=', ev.tenantUid);
+      const codes = await cq.execute();
+      if (codes.length === 0) throw new ApiError('InvalidAccessCode', `the code opens no shipment in locker ${locker.name}`);
+      let wrongState: ShipmentRow | undefined;
+      for (const c of codes) {
+        const row = await this.load(trx, c.shipment_uid);
+        if (!row) continue;
+        const action = c.usage as 'DropOff' | 'PickUp';
+        const ready = action === 'DropOff' ? row.state_code === 'ReadyForDropoff' : row.state_code === 'ReadyForPickup';
+        if (!ready) {
+          wrongState = row;
+          continue;
+        }
+        let happened = true;
+        if (ev.itemPresent === false && action === 'DropOff') happened = false;
+        if (ev.itemPresent === true && action === 'PickUp') happened = !!(await this.findWaiter(trx, row.uid));
+        if (!happened) return { shipmentUid: row.uid, action, changed: false, stateCode: row.state_code as StateCode };
+        const detail = ev.cause === 'simulate' ? `SimulateLockerAccess ${locker.name}` : `door ${locker.name}`;
+        const next = await this.apply(trx, row, { type: action }, ev.cause, detail, now);
+        this.log.info({ shipment: row.uid, action, from: row.state_code, to: next.state_code, cause: ev.cause }, 'locker access');
+        return { shipmentUid: row.uid, action, changed: true, stateCode: next.state_code as StateCode };
+      }
+      throw new ApiError('InvalidShipmentState', `the code belongs to shipment ${wrongState?.uid ?? '?'} in state ${wrongState?.state_code ?? '?'}, which does not take this action now`);
+    });
+  }
+
+  // ---- expiry --------------------------------------------------------------------------------
+
+  /** Expires every booking whose drop-off deadline has passed; returns how many. */
+  async expireDue(at?: Date): Promise<number> {
+    const now = this.nowDb(at);
+    let total = 0;
+    for (;;) {
+      const due = await this.ctx.db.kysely
+        .selectFrom('shipments')
+        .select('uid')
+        .where('state_code', '=', 'ReadyForDropoff')
+        .where('drop_off_deadline', 'is not', null)
+        .where('drop_off_deadline', '<=', now)
+        .orderBy('drop_off_deadline')
+        .limit(200)
+        .execute();
+      if (due.length === 0) return total;
+      let n = 0;
+      for (const d of due) {
+        n += await this.tx.run(async (trx) => {
+          const row = await this.load(trx, d.uid);
+          if (!row || row.state_code !== 'ReadyForDropoff' || !row.drop_off_deadline || row.drop_off_deadline > now) return 0;
+          await this.apply(trx, row, { type: 'Expire' }, 'clock', `drop-off deadline ${row.drop_off_deadline} passed`, now);
+          return 1;
+        });
+      }
+      total += n;
+      if (n === 0) return total;
+    }
+  }
+
+  // ---- unlock throttling ---------------------------------------------------------------------
+
+  async recentUnlockFailures(shipmentUid: string): Promise<number> {
+    const since = toDbTime(new Date(this.ctx.clock.now().getTime() - THROTTLE_MS));
+    const r = await this.ctx.db.kysely
+      .selectFrom('unlock_failures')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('shipment_uid', '=', shipmentUid)
+      .where('at', '>', since)
+      .executeTakeFirst();
+    return Number(r?.n ?? 0);
+  }
+
+  async recordUnlockFailure(shipmentUid: string): Promise<void> {
+    await this.write(async (trx, now) => {
+      await trx.insertInto('unlock_failures').values({ shipment_uid: shipmentUid, at: now }).execute();
+    });
+  }
+}
+
+const services = new WeakMap<AppContext, ShipmentService>();
+
+/** The one ShipmentService of a running service (its group-commit queue is per database). */
+export function shipmentService(ctx: AppContext): ShipmentService {
+  let s = services.get(ctx);
+  if (!s) {
+    s = new ShipmentService(ctx);
+    services.set(ctx, s);
+  }
+  return s;
+}
+
+/** Entry point for the edge sync (MQTT door events): applies a terminal's door event. */
+export function handleDoorEvent(ctx: AppContext, ev: Omit<LockerAccessEvent, 'cause' | 'tenantUid'>): Promise<LockerAccessResult> {
+  return shipmentService(ctx).applyLockerAccess({ ...ev, cause: 'door' });
+}

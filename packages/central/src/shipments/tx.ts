@@ -1,0 +1,115 @@
+// Runs the shipment area's write transactions. PostgreSQL: one transaction per job. SQLite: a
+// group-commit batcher. With synchronous=FULL every commit waits for fsync, so one transaction per
+// request caps the write rate; instead, jobs that arrive while a batch commits are queued and run
+// together in the next transaction, each inside its own SAVEPOINT (a failing job rolls back only
+// its own writes and gets its own error), and every job is acknowledged only after the COMMIT
+// that made it durable. Jobs must only touch the database (no network waits inside).
+import { sql, type Transaction } from 'kysely';
+import type { Db } from '../db/database';
+import type { Database } from '../db/schema';
+
+export type Trx = Transaction<Database>;
+export type TxJob<T> = (trx: Trx) => Promise<T>;
+
+export interface TxRunner {
+  run<T>(job: TxJob<T>): Promise<T>;
+}
+
+export class PgTxRunner implements TxRunner {
+  constructor(private readonly db: Db) {}
+  run<T>(job: TxJob<T>): Promise<T> {
+    return this.db.kysely.transaction().execute(job);
+  }
+}
+
+interface Queued {
+  job: TxJob<unknown>;
+  resolve: (v: unknown) => void;
+  reject: (e: unknown) => void;
+}
+
+export interface BatcherStats {
+  batches: number;
+  jobs: number;
+  maxBatch: number;
+}
+
+export class SqliteGroupCommitRunner implements TxRunner {
+  private queue: Queued[] = [];
+  private running = false;
+  readonly stats: BatcherStats = { batches: 0, jobs: 0, maxBatch: 0 };
+
+  constructor(
+    private readonly db: Db,
+    private readonly maxBatch = 256,
+  ) {}
+
+  run<T>(job: TxJob<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.queue.push({ job, resolve: resolve as (v: unknown) => void, reject });
+      if (!this.running) {
+        this.running = true;
+        // Let the requests that arrive in this turn of the event loop join the first batch.
+        setImmediate(() => void this.drain());
+      }
+    });
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      while (this.queue.length) {
+        const batch = this.queue.splice(0, this.maxBatch);
+        await this.runBatch(batch);
+      }
+    } finally {
+      this.running = false;
+      // a job queued between the loop's last check and the flag reset
+      if (this.queue.length) {
+        this.running = true;
+        setImmediate(() => void this.drain());
+      }
+    }
+  }
+
+  private async runBatch(batch: Queued[]): Promise<void> {
+    const outcomes: ({ ok: true; v: unknown } | { ok: false; e: unknown })[] = [];
+    try {
+      await this.db.kysely.transaction().execute(async (trx) => {
+        for (const q of batch) {
+          if (batch.length === 1) {
+            // a lone job needs no savepoint: its failure rolls back the transaction
+            outcomes.push({ ok: true, v: await q.job(trx) });
+            continue;
+          }
+          await sql`SAVEPOINT job`.execute(trx);
+          try {
+            const v = await q.job(trx);
+            await sql`RELEASE SAVEPOINT job`.execute(trx);
+            outcomes.push({ ok: true, v });
+          } catch (e) {
+            await sql`ROLLBACK TO SAVEPOINT job`.execute(trx);
+            await sql`RELEASE SAVEPOINT job`.execute(trx);
+            outcomes.push({ ok: false, e });
+          }
+        }
+      });
+    } catch (e) {
+      // The lone job failed (rolled back), or the COMMIT failed: nothing of the batch is durable.
+      if (batch.length === 1 && outcomes.length === 0) batch[0]!.reject(e);
+      else for (const q of batch) q.reject(e);
+      return;
+    }
+    this.stats.batches++;
+    this.stats.jobs += batch.length;
+    this.stats.maxBatch = Math.max(this.stats.maxBatch, batch.length);
+    batch.forEach((q, i) => {
+      const o = outcomes[i]!;
+      if (o.ok) q.resolve(o.v);
+      else q.reject(o.e);
+    });
+  }
+}
+
+export function createTxRunner(db: Db): TxRunner {
+  return db.engine === 'sqlite' ? new SqliteGroupCommitRunner(db) : new PgTxRunner(db);
+}
