@@ -47,13 +47,15 @@ export function accountPost<B extends z.ZodTypeAny, R extends z.ZodObject<any>>(
       description: def.description,
       tags: ['Account'],
       security: [{ bearerAuth: [] }],
-      ...(def.jsonBody === false ? {} : { body: def.body }),
+      // For multipart the body schema only documents the parts (req.body stays null, so it must be nullish).
+      body: def.body,
       ...(def.openapi ?? {}),
       response: { 200: def.response, 400: failed, 401: ErrorEnvelope, 413: ErrorEnvelope },
     },
     config: { auth: 'tenant', idempotent: def.idempotent ?? false },
     preValidation: async (req) => {
-      if (def.jsonBody !== false) (req as { body: unknown }).body = normalizeKeys(def.body, req.body);
+      // A multipart handler reads the parts itself; any other body is ignored here and refused there.
+      (req as { body: unknown }).body = def.jsonBody === false ? null : normalizeKeys(def.body, req.body);
     },
     handler: (async (req: FastifyRequest, reply: FastifyReply) => {
       try {

@@ -264,7 +264,7 @@ export async function accountRoutes(app: FastifyInstance, ctx: AppContext): Prom
         data: z.string().describe('JSON object {"reference": string|null}'),
         file: z.string().meta({ format: 'binary' }).describe('the suggestion file'),
       })
-      .optional(),
+      .nullish(),
     response: UploadResult,
     handler: async (_b, req) => {
       const parts = await readUpload(req, limit);
