@@ -46,6 +46,8 @@ export class CallbackDeliveryWorker implements Worker {
   private readonly inflight = new Map<string, InFlight>();
   private unsubscribe: (() => void) | null = null;
   private log!: Logger;
+  /** counts since start (for operators and tests) */
+  readonly stats = { delivered: 0, failed: 0 };
 
   constructor(
     private readonly ctx: AppContext,
@@ -231,6 +233,7 @@ export class CallbackDeliveryWorker implements Worker {
         .set({ status: 'delivered', attempts, delivered_at: toDbTime(done), last_status: status, last_error: null, lease_until: null, lease_owner: null })
         .where(mine)
         .execute();
+      this.stats.delivered++;
       this.log.debug({ ...where, status }, 'callback delivered');
       return;
     }
@@ -241,6 +244,7 @@ export class CallbackDeliveryWorker implements Worker {
       .set({ attempts, next_attempt_at: next, last_status: status, last_error: error.slice(0, 500), lease_until: null, lease_owner: null })
       .where(mine)
       .execute();
+    this.stats.failed++;
     this.log.warn({ ...where, status, error, retryInMs: delay }, 'callback delivery failed; will retry');
   }
 }
