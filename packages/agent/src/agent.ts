@@ -1,0 +1,562 @@
+// The terminal agent: lock buses (RS485 boards through @locker/lockbus), scanners, the local
+// store (offline code cache + event journal), the MQTT link to the central service and the
+// diagnostics page. Constructor only assigns; start() opens everything, stop() closes it in
+// reverse order. Every door, access and board event is written to the journal first and
+// published from there (edge-link.ts), so nothing is lost to a dead broker or a power cut.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import pino, { type Logger } from 'pino';
+import {
+  AckMessage,
+  CommandMessage,
+  CodesMessage,
+  hashCode,
+  parseMessage,
+  type AckErrorCode,
+  type EdgeEventType,
+  type LockRef,
+  type StatusOnline,
+} from '@locker/common';
+import { LockBusError, LockBusManager, ScannerReader, type Credential, type LockBusOptions, type LockView } from '@locker/lockbus';
+import type { AgentConfig } from './config';
+import { AgentStore } from './store';
+import { EdgeLink } from './edge-link';
+import { decideCodes } from './codes';
+import { lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
+import { DiagnosticsServer } from './diagnostics';
+
+export const AGENT_VERSION: string = (() => {
+  try {
+    return JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version as string;
+  } catch {
+    return '0.0.0';
+  }
+})();
+
+export interface AgentOptions {
+  config: AgentConfig;
+  log?: Logger;
+  now?: () => Date;
+}
+
+export type UnlockOutcome = { ok: true; alreadyOpen: boolean } | { ok: false; error: AckErrorCode; message: string };
+
+export interface LockState extends LockView {
+  lockerUid: string | null;
+}
+
+export interface AgentState {
+  terminalId: string;
+  agentVersion: string;
+  startedAt: string;
+  mqtt: { connected: boolean; url: string; lastError: string | null; eventsSent: number };
+  codes: { epoch: string | null; version: number; count: number };
+  journal: { unsent: number; lastSeq: number };
+  buses: { name: string; port: string; dialect: string; portOpen: boolean; boards: { address: number; online: boolean | null; locks: LockState[] }[] }[];
+  scanners: { name: string; port: string }[];
+  throttled: { reader: string; untilMs: number }[];
+  openSessions: number;
+  recentEvents: { seq: number; type: string; at: string; sent: boolean; summary: string }[];
+}
+
+const BUS_EVENTS = ['doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'forcedOpen', 'doorLeftOpen', 'boardOffline', 'boardOnline'] as const;
+
+export class Agent {
+  store!: AgentStore;
+  link!: EdgeLink;
+  buses!: LockBusManager;
+  scanners: ScannerReader[] = [];
+  diagnostics: DiagnosticsServer | null = null;
+  private log!: Logger;
+  private sessions: Sessions = {};
+  private startedAt = new Date(0);
+  private running = false;
+  private timers: NodeJS.Timeout[] = [];
+  private statusTimer: NodeJS.Timeout | null = null;
+  private lastSyncRequestAt = 0;
+  private lockouts = new Map<string, number>();
+  private portDown = new Set<string>();
+  private credentialChain: Promise<void> = Promise.resolve();
+
+  constructor(private readonly opts: AgentOptions) {}
+
+  private get cfg(): AgentConfig {
+    return this.opts.config;
+  }
+
+  private now(): Date {
+    return this.opts.now ? this.opts.now() : new Date();
+  }
+
+  async start(): Promise<void> {
+    if (this.running) return;
+    const cfg = this.cfg;
+    const root = this.opts.log ?? pino({ level: cfg.log.level, base: { service: 'locker-agent', terminal: cfg.terminal.id } });
+    this.log = root.child({ ns: 'agent' });
+    this.startedAt = this.now();
+    this.store = new AgentStore(cfg.store.path);
+    this.store.open();
+    this.running = true;
+
+    const busOptions: LockBusOptions[] = cfg.buses.map((b) => ({
+      name: b.name,
+      port: b.port,
+      dialect: b.dialect,
+      baudRate: b.baudRate,
+      polarity: b.polarity,
+      boards: b.boards,
+      pollIntervalMs: b.pollMs,
+      pulseMs: b.pulseMs,
+      replyTimeoutMs: b.replyTimeoutMs,
+      jamWindowMs: b.jamWindowMs,
+      doorLeftOpenMs: b.doorLeftOpenMs,
+      reconnect: b.reconnect,
+    }));
+    this.buses = new LockBusManager(busOptions, root);
+    for (const ev of BUS_EVENTS) this.buses.on(ev, (e: any) => this.onBusEvent(ev, e));
+    this.buses.on('portClosed', (e) => {
+      if (!this.running || this.portDown.has(e.bus)) return;
+      this.portDown.add(e.bus);
+      this.record('busPortLost', { bus: e.bus, error: e.error }, new Date(e.at));
+      this.statusSoon();
+    });
+    this.buses.on('portOpened', (e) => {
+      if (!this.running || !this.portDown.delete(e.bus)) return;
+      this.record('busPortRestored', { bus: e.bus }, new Date(e.at));
+      this.statusSoon();
+    });
+
+    this.link = new EdgeLink({
+      url: cfg.mqtt.url,
+      terminalId: cfg.terminal.id,
+      secret: cfg.terminal.secret,
+      keepaliveSeconds: cfg.mqtt.keepaliveSeconds,
+      reconnectMs: cfg.mqtt.reconnectMs,
+      connectTimeoutMs: cfg.mqtt.connectTimeoutMs,
+      store: this.store,
+      log: root,
+      status: () => this.statusMessage(),
+      now: () => this.now(),
+    });
+    this.link.on('message', (kind, payload) => {
+      if (kind === 'codes') this.onCodes(payload);
+      else void this.onCommand(payload);
+    });
+
+    this.scanners = cfg.scanners.map((s) => new ScannerReader({ name: s.name, port: s.port, baudRate: s.baudRate, logger: root }));
+    for (const s of this.scanners) s.on('credential', (c) => this.presentCredential(c));
+
+    await this.buses.start();
+    for (const s of this.scanners) await s.start();
+    await this.link.start();
+    if (cfg.diagnostics.enabled) {
+      this.diagnostics = new DiagnosticsServer({ agent: this, host: cfg.diagnostics.host, port: cfg.diagnostics.port, password: cfg.diagnostics.technicianPassword ?? null, log: root });
+      await this.diagnostics.start();
+    }
+    this.timers.push(setInterval(() => void this.link.publishStatus().catch(() => undefined), cfg.mqtt.statusIntervalSeconds * 1000));
+    this.timers.push(setInterval(() => this.prune(), 3600_000));
+    for (const t of this.timers) t.unref();
+    this.prune();
+    this.log.info({ version: AGENT_VERSION, buses: cfg.buses.map((b) => b.name), scanners: cfg.scanners.map((s) => s.name), unsent: this.store.unsentCount() }, 'agent started');
+  }
+
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    for (const t of this.timers) clearInterval(t);
+    this.timers = [];
+    if (this.statusTimer) clearTimeout(this.statusTimer);
+    await this.diagnostics?.stop();
+    for (const s of this.scanners) await s.stop();
+    await this.credentialChain.catch(() => undefined);
+    await this.buses.stop();
+    await this.link.stop();
+    this.store.close();
+    this.log.info('agent stopped');
+  }
+
+  /** Healthy enough to ping the systemd watchdog: the store answers. */
+  healthy(): boolean {
+    try {
+      this.store.unsentCount();
+      return this.running;
+    } catch {
+      return false;
+    }
+  }
+
+  // ---------------------------------------------------------------- journal
+
+  private record(type: EdgeEventType, fields: Record<string, unknown>, at = this.now()): void {
+    try {
+      const row = this.store.append(type, fields, at);
+      this.log.debug({ seq: row.seq, type }, 'event journalled');
+      this.link.kick();
+    } catch (err) {
+      this.log.error({ err: (err as Error).message, type }, 'journal write failed');
+    }
+  }
+
+  private applySessions(input: SessionInput) {
+    const r = sessionStep(this.sessions, input);
+    this.sessions = r.sessions;
+    for (const e of r.effects) this.recordEffect(e);
+    return r.session;
+  }
+
+  private recordEffect(e: SessionEffect): void {
+    this.record(e.type, e.fields);
+    if (e.type !== 'accessIncomplete') this.log.info({ type: e.type, shipment: e.fields.shipmentUid, bus: e.fields.bus, board: e.fields.board, lock: e.fields.lock }, 'access completed');
+  }
+
+  // ---------------------------------------------------------------- buses
+
+  private lockView(at: LockRef): LockView | null {
+    try {
+      return this.buses.bus(at.bus).locks(at.board)[at.lock - 1] ?? null;
+    } catch {
+      return null;
+    }
+  }
+
+  private onBusEvent(type: (typeof BUS_EVENTS)[number], e: any): void {
+    if (!this.running) return;
+    const at = new Date(e.at);
+    if (type === 'boardOffline' || type === 'boardOnline') {
+      this.record(type, { bus: e.bus, board: e.board, ...(type === 'boardOffline' ? { error: e.error } : {}) }, at);
+      this.statusSoon();
+      return;
+    }
+    const ref: LockRef = { bus: e.bus, board: e.board, lock: e.lock };
+    const base = { ...ref, lockerUid: this.store.lockerAt(ref.bus, ref.board, ref.lock) };
+    const sid = () => this.sessions[lockKey(ref)]?.sessionId ?? null;
+    switch (type) {
+      case 'doorOpened': {
+        const session = this.applySessions({ kind: 'doorOpened', at: ref });
+        this.record('doorOpened', { ...base, commanded: e.commanded, item: this.lockView(ref)?.item ?? null, sessionId: session?.sessionId ?? null }, at);
+        break;
+      }
+      case 'itemPlaced':
+        this.record('itemPlaced', { ...base, sessionId: sid() }, at);
+        break;
+      case 'itemRemoved':
+        this.record('itemRemoved', { ...base, sessionId: sid() }, at);
+        this.applySessions({ kind: 'itemRemoved', at: ref });
+        break;
+      case 'doorClosed': {
+        const item = this.lockView(ref)?.item ?? null;
+        this.record('doorClosed', { ...base, item, sessionId: sid() }, at);
+        this.applySessions({ kind: 'doorClosed', at: ref, item });
+        break;
+      }
+      case 'jam':
+        this.record('jam', { ...base, cause: e.cause, afterMs: e.afterMs, sessionId: sid() }, at);
+        this.applySessions({ kind: 'jam', at: ref });
+        break;
+      case 'forcedOpen':
+        this.record('forcedOpen', { ...base, reason: e.reason }, at);
+        break;
+      case 'doorLeftOpen':
+        this.record('doorLeftOpen', { ...base, openMs: e.openMs }, at);
+        break;
+    }
+  }
+
+  /** Pulses one lock. Never retried: an unlock that may have been written is not repeated. */
+  async unlock(at: LockRef): Promise<UnlockOutcome> {
+    let bus;
+    try {
+      bus = this.buses.bus(at.bus);
+      if (!bus.boards.includes(at.board)) throw new LockBusError('UNKNOWN_BOARD', `no board ${at.board}`);
+    } catch {
+      return { ok: false, error: 'UNKNOWN_LOCK', message: `no lock ${at.bus}/${at.board}/${at.lock} on this terminal` };
+    }
+    const alreadyOpen = this.lockView(at)?.door === 'open';
+    try {
+      await bus.unlock(at.board, at.lock);
+      return { ok: true, alreadyOpen };
+    } catch (err) {
+      const code = (err as LockBusError).code;
+      if (code === 'NOT_SENT') return { ok: false, error: 'BUS_UNAVAILABLE', message: (err as Error).message };
+      if (code === 'UNKNOWN_BOARD' || code === 'BAD_CONFIG') return { ok: false, error: 'UNKNOWN_LOCK', message: (err as Error).message };
+      return { ok: false, error: 'HARDWARE_FAULT', message: (err as Error).message };
+    }
+  }
+
+  // ---------------------------------------------------------------- access
+
+  /** A code presented at a scanner or keypad. Handled one at a time, in arrival order. */
+  presentCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<void> {
+    const next = this.credentialChain.then(() => this.handleCredential(c)).catch((err) => this.log.error({ err: (err as Error).message }, 'credential handling failed'));
+    this.credentialChain = next;
+    return next;
+  }
+
+  private throttledUntil(reader: string): number {
+    const until = this.lockouts.get(reader) ?? Number(this.store.getMeta(`lockout.${reader}`) ?? 0);
+    return until > this.now().getTime() ? until : 0;
+  }
+
+  private async handleCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<void> {
+    if (!this.running) return;
+    const a = this.cfg.access;
+    const nowMs = this.now().getTime();
+    const base = { source: c.source, reader: c.reader };
+    if (this.throttledUntil(c.reader)) {
+      this.log.warn({ reader: c.reader }, 'code refused: reader locked out after failed attempts');
+      this.record('credentialRefused', { ...base, reason: 'THROTTLED' });
+      return;
+    }
+    const hash = hashCode(c.value);
+    const matches = this.store.findCodes(hash).filter((m) => c.source === 'qr' || m.type === 'Code');
+    if (!matches.length) {
+      this.store.recordFailure(c.reader, nowMs);
+      const n = this.store.failuresSince(c.reader, nowMs - a.failureWindowSeconds * 1000);
+      this.log.info({ source: c.source, reader: c.reader, length: c.value.length, failures: n }, 'code refused: unknown');
+      this.record('credentialRefused', { ...base, reason: 'UNKNOWN_CODE' });
+      if (n >= a.maxFailures) {
+        const until = nowMs + a.lockoutSeconds * 1000;
+        this.lockouts.set(c.reader, until);
+        this.store.setMeta(`lockout.${c.reader}`, String(until));
+        this.store.clearFailures(c.reader, nowMs + 1);
+        this.log.warn({ reader: c.reader, seconds: a.lockoutSeconds }, 'reader locked out after failed attempts');
+      }
+      return;
+    }
+    this.store.clearFailures(c.reader);
+    // every match opens the same locker (codes are per locker); keep the ones of the first locker
+    const locker = matches[0]!.locker;
+    const codes = matches.filter((m) => m.locker.uid === locker.uid);
+    const ref: LockRef = { bus: locker.bus, board: locker.board, lock: locker.lock };
+    const sessionId = crypto.randomUUID();
+    const alreadyOpen = this.lockView(ref)?.door === 'open';
+    this.record('credentialAccepted', {
+      ...base,
+      sessionId,
+      codeIds: codes.map((m) => m.id),
+      usages: [...new Set(codes.map((m) => m.usage))],
+      shipmentUids: [...new Set(codes.map((m) => m.shipmentUid))],
+      lockerUid: locker.uid,
+      ...ref,
+    });
+    this.applySessions({
+      kind: 'start',
+      session: { sessionId, lockerUid: locker.uid, at: ref, codes: codes.map((m) => ({ id: m.id, usage: m.usage, shipmentUid: m.shipmentUid })) },
+      doorOpen: alreadyOpen,
+    });
+    const r = await this.unlock(ref);
+    if (r.ok) {
+      this.log.info({ bus: ref.bus, board: ref.board, lock: ref.lock, usages: [...new Set(codes.map((m) => m.usage))] }, 'code accepted; lock pulsed');
+      this.record('unlockSent', { ...ref, lockerUid: locker.uid, cause: 'code', sessionId, alreadyOpen: r.alreadyOpen });
+    } else {
+      this.log.warn({ bus: ref.bus, board: ref.board, lock: ref.lock, error: r.error }, 'code accepted but the lock could not be pulsed');
+      this.applySessions({ kind: 'abort', at: ref });
+      this.record('credentialRefused', { ...base, reason: 'LOCK_UNAVAILABLE', sessionId, error: r.error });
+    }
+  }
+
+  // ---------------------------------------------------------------- codes
+
+  private onCodes(payload: Buffer): void {
+    if (!this.running) return;
+    const msg = parseMessage(CodesMessage, payload);
+    if (!msg) {
+      this.log.warn({ bytes: payload.length }, 'malformed codes message dropped');
+      return;
+    }
+    const held = this.store.codesMeta();
+    const d = decideCodes(held, msg);
+    switch (d.action) {
+      case 'replace':
+        if (msg.type !== 'snapshot') return;
+        this.store.replaceCodes(msg.epoch, msg.version, msg.codes);
+        this.lastSyncRequestAt = 0;
+        this.log.info({ version: msg.version, count: msg.codes.length }, 'code snapshot applied');
+        this.statusSoon();
+        break;
+      case 'apply':
+        if (msg.type !== 'delta') return;
+        this.store.applyDelta(msg.version, msg.upserts, msg.revoke);
+        this.log.info({ version: msg.version, upserts: msg.upserts.length, revoked: msg.revoke.length }, 'code update applied');
+        this.statusSoon();
+        break;
+      case 'ignore':
+        this.log.debug({ version: msg.version, held: held.version }, 'code update already applied');
+        break;
+      case 'requestSnapshot':
+        this.requestSnapshot(d.reason, held);
+        break;
+    }
+  }
+
+  private requestSnapshot(reason: 'gap' | 'epoch' | 'empty' | 'manual', held = this.store.codesMeta()): void {
+    const nowMs = Date.now();
+    if (reason !== 'manual' && nowMs - this.lastSyncRequestAt < this.cfg.mqtt.syncRetrySeconds * 1000) return;
+    this.lastSyncRequestAt = nowMs;
+    this.log.info({ reason, version: held.version }, 'asking for a code snapshot');
+    const body = { v: 1, requestId: crypto.randomUUID(), want: 'snapshot', reason, have: { epoch: held.epoch, version: held.version } };
+    this.link.publish('sync', JSON.stringify(body)).catch((err) => {
+      this.lastSyncRequestAt = 0;
+      this.log.warn({ err: (err as Error).message }, 'snapshot request not sent');
+    });
+  }
+
+  // ---------------------------------------------------------------- commands
+
+  private async onCommand(payload: Buffer): Promise<void> {
+    if (!this.running) return;
+    const cmd = parseMessage(CommandMessage, payload);
+    if (!cmd) {
+      let commandId: unknown;
+      try {
+        commandId = JSON.parse(payload.toString('utf8'))?.commandId;
+      } catch {
+        /* not JSON */
+      }
+      this.log.warn({ bytes: payload.length }, 'malformed command dropped');
+      if (typeof commandId === 'string' && commandId) await this.sendAck({ v: 1, commandId, ok: false, error: 'BAD_COMMAND', message: 'the command does not fit the protocol', at: this.now().toISOString() });
+      return;
+    }
+    const begin = this.store.beginCommand(cmd.commandId, this.now());
+    if (begin.state === 'done') {
+      this.log.info({ commandId: cmd.commandId }, 'repeated command: answered again, not executed');
+      await this.sendAck({ ...(begin.ack as AckMessage), duplicate: true });
+      return;
+    }
+    if (begin.state === 'started') {
+      const ack: AckMessage = { v: 1, commandId: cmd.commandId, ok: false, error: 'OUTCOME_UNKNOWN', message: 'the command was begun before a restart; it is not executed again', at: this.now().toISOString() };
+      this.store.finishCommand(cmd.commandId, ack);
+      await this.sendAck(ack);
+      return;
+    }
+    let ack: AckMessage;
+    const ref: LockRef = { bus: cmd.bus, board: cmd.board, lock: cmd.lock };
+    if (Date.parse(cmd.expiresAt) < this.now().getTime()) {
+      ack = { v: 1, commandId: cmd.commandId, ok: false, error: 'EXPIRED', message: `the command expired at ${cmd.expiresAt}`, at: this.now().toISOString() };
+    } else {
+      const r = await this.unlock(ref);
+      if (r.ok) {
+        this.record('unlockSent', { ...ref, lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid, alreadyOpen: r.alreadyOpen });
+        ack = { v: 1, commandId: cmd.commandId, ok: true, at: this.now().toISOString() };
+      } else {
+        ack = { v: 1, commandId: cmd.commandId, ok: false, error: r.error, message: r.message, at: this.now().toISOString() };
+      }
+    }
+    this.store.finishCommand(cmd.commandId, ack);
+    this.log.info({ commandId: cmd.commandId, ok: ack.ok, error: ack.ok ? undefined : ack.error }, 'unlock command handled');
+    await this.sendAck(ack);
+  }
+
+  private async sendAck(ack: AckMessage): Promise<void> {
+    try {
+      await this.link.publish('acks', JSON.stringify(ack));
+    } catch (err) {
+      this.log.warn({ commandId: ack.commandId, err: (err as Error).message }, 'ack not sent');
+    }
+  }
+
+  // ---------------------------------------------------------------- technician
+
+  /** The diagnostics page's "open lock" (password checked by the page). */
+  async technicianOpen(at: LockRef): Promise<UnlockOutcome> {
+    const r = await this.unlock(at);
+    if (r.ok) this.record('unlockSent', { ...at, lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician', alreadyOpen: r.alreadyOpen });
+    this.log.info({ ...at, ok: r.ok, error: r.ok ? undefined : r.error }, 'technician open');
+    return r;
+  }
+
+  // ---------------------------------------------------------------- status
+
+  private statusSoon(): void {
+    if (this.statusTimer || !this.running) return;
+    this.statusTimer = setTimeout(() => {
+      this.statusTimer = null;
+      void this.link.publishStatus().catch(() => undefined);
+    }, 200);
+    this.statusTimer.unref();
+  }
+
+  private busHealth() {
+    return this.cfg.buses.map((b) => {
+      let portOpen = false;
+      let boards: { address: number; online: boolean | null }[] = b.boards.map((x) => ({ address: x.address, online: null }));
+      try {
+        const bus = this.buses.bus(b.name);
+        portOpen = bus.portOpen;
+        boards = bus.boards.map((address) => ({ address, online: bus.boardOnline(address) }));
+      } catch {
+        /* not started */
+      }
+      return { name: b.name, portOpen, boards };
+    });
+  }
+
+  statusMessage(): StatusOnline {
+    return {
+      v: 1,
+      state: 'online',
+      terminalId: this.cfg.terminal.id,
+      agentVersion: AGENT_VERSION,
+      startedAt: this.startedAt.toISOString(),
+      at: this.now().toISOString(),
+      codes: this.store.codesMeta(),
+      journal: { unsent: this.store.unsentCount(), lastSeq: this.store.lastSeq() },
+      buses: this.busHealth(),
+    };
+  }
+
+  /** Everything the diagnostics page shows. */
+  state(): AgentState {
+    const buses = this.cfg.buses.map((b) => {
+      const health = this.busHealth().find((h) => h.name === b.name)!;
+      return {
+        name: b.name,
+        port: b.port,
+        dialect: b.dialect,
+        portOpen: health.portOpen,
+        boards: health.boards.map((bd) => {
+          let locks: LockView[] = [];
+          try {
+            locks = this.buses.bus(b.name).locks(bd.address);
+          } catch {
+            /* not started */
+          }
+          return { address: bd.address, online: bd.online, locks: locks.map((l) => ({ ...l, lockerUid: this.store.lockerAt(b.name, bd.address, l.lock) })) };
+        }),
+      };
+    });
+    const throttled = [...new Set(this.cfg.scanners.map((s) => s.name))]
+      .map((reader) => ({ reader, untilMs: this.throttledUntil(reader) }))
+      .filter((t) => t.untilMs > 0);
+    return {
+      terminalId: this.cfg.terminal.id,
+      agentVersion: AGENT_VERSION,
+      startedAt: this.startedAt.toISOString(),
+      mqtt: { connected: this.link.connected, url: this.link.safeUrl, lastError: this.link.lastError, eventsSent: this.link.sentCount },
+      codes: this.store.codesMeta(),
+      journal: { unsent: this.store.unsentCount(), lastSeq: this.store.lastSeq() },
+      buses,
+      scanners: this.cfg.scanners.map((s) => ({ name: s.name, port: s.port })),
+      throttled,
+      openSessions: Object.keys(this.sessions).length,
+      recentEvents: this.store.recent(this.cfg.diagnostics.recentEvents).map((r) => ({ seq: r.seq, type: r.type, at: r.at, sent: r.sentAt !== null, summary: summarize(r.fields) })),
+    };
+  }
+
+  private prune(): void {
+    try {
+      const n = this.store.pruneSent(new Date(this.now().getTime() - this.cfg.store.keepSentEventsHours * 3600_000));
+      if (n) this.log.info({ deleted: n }, 'old sent events pruned');
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'journal prune failed');
+    }
+  }
+}
+
+function summarize(f: Record<string, unknown>): string {
+  const parts: string[] = [];
+  if (f.bus !== undefined) parts.push(`${f.bus}/${f.board}${f.lock !== undefined ? `/${f.lock}` : ''}`);
+  for (const k of ['reason', 'cause', 'item', 'commanded', 'source', 'error'] as const) if (f[k] !== undefined && f[k] !== null) parts.push(`${k}=${String(f[k])}`);
+  if (typeof f.shipmentUid === 'string') parts.push(`shipment=${f.shipmentUid.slice(0, 8)}…`);
+  return parts.join(' ');
+}

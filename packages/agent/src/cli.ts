@@ -1,0 +1,86 @@
+// locker-agent: the terminal agent's command line.
+//   locker-agent run --config FILE     run the agent (systemd Type=notify: READY, WATCHDOG, STOPPING)
+//   locker-agent check-config --config FILE
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pino from 'pino';
+import { systemdNotifier } from '@locker/common';
+import { AgentConfigError, loadAgentConfig, type AgentConfig } from './config';
+import { Agent } from './agent';
+
+const HELP = `locker-agent: the parcel-locker terminal agent
+
+Usage:
+  locker-agent run [--config FILE]           run the agent
+  locker-agent check-config [--config FILE]  validate the configuration and print it (secrets hidden)
+
+--config FILE: YAML or JSON (LOCKER_AGENT_CONFIG does the same); LOCKER_AGENT_* variables override
+it (see docs/agent.md).
+`;
+
+function fail(msg: string): never {
+  console.error(`locker-agent: ${msg}`);
+  process.exit(2);
+}
+
+function config(file: string | undefined): AgentConfig {
+  try {
+    return loadAgentConfig({ file });
+  } catch (e) {
+    if (e instanceof AgentConfigError) fail(e.message);
+    throw e;
+  }
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { config: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const [cmd] = positionals;
+  if (values.help || !cmd) {
+    console.log(HELP);
+    return;
+  }
+  if (cmd === 'check-config') {
+    const cfg = config(values.config);
+    console.log(JSON.stringify({ ...cfg, terminal: { ...cfg.terminal, secret: '[hidden]' }, diagnostics: { ...cfg.diagnostics, technicianPassword: cfg.diagnostics.technicianPassword ? '[hidden]' : undefined } }, null, 2));
+    return;
+  }
+  if (cmd !== 'run') fail(`unknown command ${cmd}\n\n${HELP}`);
+  const cfg = config(values.config);
+  const log = pino({ level: cfg.log.level, base: { service: 'locker-agent', terminal: cfg.terminal.id } });
+  const agent = new Agent({ config: cfg, log });
+  const notifier = systemdNotifier();
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ ns: 'agent.cli', signal }, 'shutting down');
+    notifier.stopping();
+    notifier.stop();
+    const t = setTimeout(() => process.exit(1), 15_000);
+    t.unref();
+    try {
+      await agent.stop();
+    } catch (err) {
+      log.error({ ns: 'agent.cli', err: (err as Error).message }, 'stop failed');
+    } finally {
+      process.exit(0);
+    }
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  try {
+    await agent.start();
+  } catch (err) {
+    log.fatal({ ns: 'agent.cli', err: (err as Error).message }, 'agent failed to start');
+    process.exit(1);
+  }
+  notifier.ready(`terminal ${cfg.terminal.id} running`);
+  notifier.startWatchdog(() => agent.healthy());
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  main(process.argv.slice(2)).catch((err) => {
+    console.error(err);
+    process.exit(1);
+  });
+}

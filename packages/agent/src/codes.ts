@@ -1,0 +1,18 @@
+// Access-code sync rules on the terminal (docs/edge-protocol.md, "down/codes"), as a pure
+// decision: given what the cache holds and a message, what to do. The agent carries it out.
+import type { CodesMessage } from '@locker/common';
+import type { CodesMeta } from './store';
+
+export type CodesDecision =
+  | { action: 'replace' }
+  | { action: 'apply' }
+  | { action: 'ignore'; why: 'already-applied' }
+  | { action: 'requestSnapshot'; reason: 'gap' | 'epoch' };
+
+export function decideCodes(held: Pick<CodesMeta, 'epoch' | 'version'>, msg: CodesMessage): CodesDecision {
+  if (msg.type === 'snapshot') return { action: 'replace' };
+  if (held.epoch !== msg.epoch) return { action: 'requestSnapshot', reason: 'epoch' };
+  if (msg.version <= held.version) return { action: 'ignore', why: 'already-applied' };
+  if (msg.baseVersion === held.version) return { action: 'apply' };
+  return { action: 'requestSnapshot', reason: 'gap' };
+}

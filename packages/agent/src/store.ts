@@ -1,0 +1,207 @@
+// The agent's local store: one SQLite file (better-sqlite3, WAL, synchronous=FULL so a commit
+// survives a power cut). It holds the access-code cache (validated offline), the durable event
+// journal (written before publishing, marked sent on PUBACK), the executed commands (at-most-once
+// unlocks) and the failed-attempt counters.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import type { CodeEntry, EdgeEventType } from '@locker/common';
+
+export interface CodesMeta {
+  epoch: string | null;
+  version: number;
+  count: number;
+}
+
+export interface JournalRow {
+  seq: number;
+  eventId: string;
+  type: EdgeEventType;
+  at: string;
+  fields: Record<string, unknown>;
+  sentAt: string | null;
+}
+
+export type CommandBegin = { state: 'new' } | { state: 'started' } | { state: 'done'; ack: Record<string, unknown> };
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS codes (
+  id TEXT PRIMARY KEY, hash TEXT NOT NULL, shipment_uid TEXT NOT NULL, usage TEXT NOT NULL, type TEXT NOT NULL,
+  locker_uid TEXT NOT NULL, bus TEXT NOT NULL, board INTEGER NOT NULL, lock INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS codes_hash ON codes(hash);
+CREATE TABLE IF NOT EXISTS journal (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL, at TEXT NOT NULL,
+  fields TEXT NOT NULL, sent_at TEXT);
+CREATE INDEX IF NOT EXISTS journal_unsent ON journal(seq) WHERE sent_at IS NULL;
+CREATE TABLE IF NOT EXISTS commands (command_id TEXT PRIMARY KEY, received_at TEXT NOT NULL, ack TEXT);
+CREATE TABLE IF NOT EXISTS failures (reader TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS failures_reader ON failures(reader, at);
+`;
+
+export class AgentStore {
+  private db: Database.Database | null = null;
+
+  constructor(private readonly file: string) {}
+
+  open(): void {
+    if (this.db) return;
+    if (this.file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(this.file)), { recursive: true });
+    const db = new Database(this.file);
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = FULL');
+    db.pragma('busy_timeout = 5000');
+    db.exec(SCHEMA);
+    this.db = db;
+  }
+
+  close(): void {
+    this.db?.close();
+    this.db = null;
+  }
+
+  private get d(): Database.Database {
+    if (!this.db) throw new Error('agent store is not open');
+    return this.db;
+  }
+
+  // ------------------------------------------------------------------ meta
+
+  getMeta(key: string): string | null {
+    const r = this.d.prepare('SELECT value FROM meta WHERE key = ?').get(key) as { value: string } | undefined;
+    return r?.value ?? null;
+  }
+
+  setMeta(key: string, value: string): void {
+    this.d.prepare('INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value').run(key, value);
+  }
+
+  // ------------------------------------------------------------------ codes
+
+  codesMeta(): CodesMeta {
+    const count = (this.d.prepare('SELECT count(*) AS n FROM codes').get() as { n: number }).n;
+    return { epoch: this.getMeta('codes.epoch'), version: Number(this.getMeta('codes.version') ?? 0), count };
+  }
+
+  /** Replaces the whole cache (a snapshot), in one transaction. */
+  replaceCodes(epoch: string, version: number, codes: CodeEntry[]): void {
+    this.d.transaction(() => {
+      this.d.prepare('DELETE FROM codes').run();
+      const ins = this.insertCode();
+      for (const c of codes) ins(c);
+      this.setMeta('codes.epoch', epoch);
+      this.setMeta('codes.version', String(version));
+    })();
+  }
+
+  /** Applies an incremental update and takes its version, in one transaction. */
+  applyDelta(version: number, upserts: CodeEntry[], revoke: string[]): void {
+    this.d.transaction(() => {
+      const del = this.d.prepare('DELETE FROM codes WHERE id = ?');
+      for (const id of revoke) del.run(id);
+      const ins = this.insertCode();
+      for (const c of upserts) ins(c);
+      this.setMeta('codes.version', String(version));
+    })();
+  }
+
+  private insertCode(): (c: CodeEntry) => void {
+    const st = this.d.prepare(
+      `INSERT INTO codes (id, hash, shipment_uid, usage, type, locker_uid, bus, board, lock) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT(id) DO UPDATE SET hash = excluded.hash, shipment_uid = excluded.shipment_uid, usage = excluded.usage, type = excluded.type,
+         locker_uid = excluded.locker_uid, bus = excluded.bus, board = excluded.board, lock = excluded.lock`,
+    );
+    return (c) => st.run(c.id, c.hash, c.shipmentUid, c.usage, c.type, c.locker.uid, c.locker.bus, c.locker.board, c.locker.lock);
+  }
+
+  findCodes(hash: string): CodeEntry[] {
+    const rows = this.d.prepare('SELECT * FROM codes WHERE hash = ? ORDER BY id').all(hash) as any[];
+    return rows.map((r) => ({
+      id: r.id,
+      hash: r.hash,
+      shipmentUid: r.shipment_uid,
+      usage: r.usage,
+      type: r.type,
+      locker: { uid: r.locker_uid, bus: r.bus, board: r.board, lock: r.lock },
+    }));
+  }
+
+  /** The locker uid at a bus position, from the codes held (null when no code names it). */
+  lockerAt(bus: string, board: number, lock: number): string | null {
+    const r = this.d.prepare('SELECT locker_uid FROM codes WHERE bus = ? AND board = ? AND lock = ? LIMIT 1').get(bus, board, lock) as { locker_uid: string } | undefined;
+    return r?.locker_uid ?? null;
+  }
+
+  // ------------------------------------------------------------------ journal
+
+  /** Appends an event (durable when this returns). */
+  append(type: EdgeEventType, fields: Record<string, unknown>, at: Date): JournalRow {
+    const eventId = crypto.randomUUID();
+    const atIso = at.toISOString();
+    const r = this.d.prepare('INSERT INTO journal (event_id, type, at, fields) VALUES (?, ?, ?, ?)').run(eventId, type, atIso, JSON.stringify(fields));
+    return { seq: Number(r.lastInsertRowid), eventId, type, at: atIso, fields, sentAt: null };
+  }
+
+  /** The oldest unsent event after `afterSeq` (in seq order). */
+  nextUnsent(afterSeq = 0): JournalRow | null {
+    const r = this.d.prepare('SELECT * FROM journal WHERE sent_at IS NULL AND seq > ? ORDER BY seq LIMIT 1').get(afterSeq) as any;
+    return r ? toRow(r) : null;
+  }
+
+  markSent(seq: number, at: Date): void {
+    this.d.prepare('UPDATE journal SET sent_at = ? WHERE seq = ? AND sent_at IS NULL').run(at.toISOString(), seq);
+  }
+
+  unsentCount(): number {
+    return (this.d.prepare('SELECT count(*) AS n FROM journal WHERE sent_at IS NULL').get() as { n: number }).n;
+  }
+
+  lastSeq(): number {
+    const r = this.d.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'journal'").get() as { seq: number } | undefined;
+    return r?.seq ?? 0;
+  }
+
+  recent(limit: number): JournalRow[] {
+    return (this.d.prepare('SELECT * FROM journal ORDER BY seq DESC LIMIT ?').all(limit) as any[]).map(toRow);
+  }
+
+  /** Deletes sent events older than `before` (unsent ones are never deleted). */
+  pruneSent(before: Date): number {
+    return this.d.prepare('DELETE FROM journal WHERE sent_at IS NOT NULL AND sent_at < ?').run(before.toISOString()).changes;
+  }
+
+  // ------------------------------------------------------------------ commands
+
+  /** Records a command before it is carried out; tells whether it was seen before. */
+  beginCommand(commandId: string, at: Date): CommandBegin {
+    return this.d.transaction((): CommandBegin => {
+      const r = this.d.prepare('SELECT ack FROM commands WHERE command_id = ?').get(commandId) as { ack: string | null } | undefined;
+      if (r) return r.ack ? { state: 'done', ack: JSON.parse(r.ack) } : { state: 'started' };
+      this.d.prepare('INSERT INTO commands (command_id, received_at) VALUES (?, ?)').run(commandId, at.toISOString());
+      return { state: 'new' };
+    })();
+  }
+
+  finishCommand(commandId: string, ack: Record<string, unknown>): void {
+    this.d.prepare('UPDATE commands SET ack = ? WHERE command_id = ?').run(JSON.stringify(ack), commandId);
+  }
+
+  // ------------------------------------------------------------------ failed attempts
+
+  recordFailure(reader: string, atMs: number): void {
+    this.d.prepare('INSERT INTO failures (reader, at) VALUES (?, ?)').run(reader, atMs);
+  }
+
+  failuresSince(reader: string, sinceMs: number): number {
+    return (this.d.prepare('SELECT count(*) AS n FROM failures WHERE reader = ? AND at >= ?').get(reader, sinceMs) as { n: number }).n;
+  }
+
+  clearFailures(reader: string, beforeMs = Number.MAX_SAFE_INTEGER): void {
+    this.d.prepare('DELETE FROM failures WHERE reader = ? AND at < ?').run(reader, beforeMs);
+  }
+}
+
+function toRow(r: any): JournalRow {
+  return { seq: r.seq, eventId: r.event_id, type: r.type, at: r.at, fields: JSON.parse(r.fields), sentAt: r.sent_at };
+}

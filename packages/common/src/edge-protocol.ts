@@ -1,0 +1,164 @@
+// The MQTT protocol between a terminal agent and the central service (docs/edge-protocol.md).
+// Both sides parse every message with these schemas; a message that does not parse is dropped.
+import crypto from 'node:crypto';
+import { z } from 'zod';
+
+export const EDGE_PROTOCOL_VERSION = 1 as const;
+export const TOPIC_ROOT = 'locker/v1/t';
+
+export type UpKind = 'status' | 'sync' | 'events' | 'acks';
+export type DownKind = 'codes' | 'commands';
+
+export const edgeTopics = {
+  up: (terminalId: string, kind: UpKind) => `${TOPIC_ROOT}/${terminalId}/up/${kind}`,
+  down: (terminalId: string, kind: DownKind) => `${TOPIC_ROOT}/${terminalId}/down/${kind}`,
+  /** central: every terminal's up/<kind> */
+  allUp: (kind: UpKind) => `${TOPIC_ROOT}/+/up/${kind}`,
+};
+
+/** `locker/v1/t/<id>/<dir>/<kind>` -> its parts; null otherwise. */
+export function parseEdgeTopic(topic: string): { terminalId: string; dir: 'up' | 'down'; kind: string } | null {
+  const p = topic.split('/');
+  if (p.length !== 6 || `${p[0]}/${p[1]}/${p[2]}` !== TOPIC_ROOT || (p[4] !== 'up' && p[4] !== 'down') || !p[3]) return null;
+  return { terminalId: p[3], dir: p[4], kind: p[5]! };
+}
+
+/** How a code value travels and rests: never in clear. */
+export function hashCode(value: string): string {
+  return crypto.createHash('sha256').update(`locker-code:v1:${value}`, 'utf8').digest('hex');
+}
+
+const v = z.literal(EDGE_PROTOCOL_VERSION);
+const iso = z.string().min(1);
+const id = z.string().min(1).max(200);
+
+export const LockRef = z.object({ bus: z.string().min(1), board: z.number().int().min(0).max(255), lock: z.number().int().min(1).max(255) });
+export type LockRef = z.infer<typeof LockRef>;
+
+export const CodeEntry = z.object({
+  id,
+  shipmentUid: id,
+  usage: z.enum(['DropOff', 'PickUp']),
+  type: z.enum(['Code', 'Qr']),
+  hash: z.string().regex(/^[0-9a-f]{64}$/),
+  locker: LockRef.extend({ uid: id }),
+});
+export type CodeEntry = z.infer<typeof CodeEntry>;
+
+export const CodesSnapshot = z.object({ v, type: z.literal('snapshot'), epoch: id, version: z.number().int().min(0), at: iso, codes: z.array(CodeEntry) });
+export const CodesDelta = z.object({
+  v,
+  type: z.literal('delta'),
+  epoch: id,
+  baseVersion: z.number().int().min(0),
+  version: z.number().int().min(1),
+  at: iso,
+  upserts: z.array(CodeEntry),
+  revoke: z.array(id),
+});
+export const CodesMessage = z.discriminatedUnion('type', [CodesSnapshot, CodesDelta]);
+export type CodesSnapshot = z.infer<typeof CodesSnapshot>;
+export type CodesDelta = z.infer<typeof CodesDelta>;
+export type CodesMessage = z.infer<typeof CodesMessage>;
+
+export const SyncRequest = z.object({
+  v,
+  requestId: id,
+  want: z.literal('snapshot'),
+  reason: z.enum(['gap', 'epoch', 'empty', 'manual']),
+  have: z.object({ epoch: z.string().nullable(), version: z.number().int().min(0) }).nullable(),
+});
+export type SyncRequest = z.infer<typeof SyncRequest>;
+
+export const BusHealth = z.object({ name: z.string(), portOpen: z.boolean(), boards: z.array(z.object({ address: z.number().int(), online: z.boolean().nullable() })) });
+
+export const StatusOnline = z.object({
+  v,
+  state: z.literal('online'),
+  terminalId: id,
+  agentVersion: z.string(),
+  startedAt: iso,
+  at: iso,
+  codes: z.object({ epoch: z.string().nullable(), version: z.number().int().min(0), count: z.number().int().min(0) }),
+  journal: z.object({ unsent: z.number().int().min(0), lastSeq: z.number().int().min(0) }),
+  buses: z.array(BusHealth),
+});
+export const StatusOffline = z.object({ v, state: z.literal('offline'), terminalId: id, reason: z.enum(['connection-lost', 'shutdown']), at: iso.optional() });
+export const StatusMessage = z.discriminatedUnion('state', [StatusOnline, StatusOffline]);
+export type StatusOnline = z.infer<typeof StatusOnline>;
+export type StatusMessage = z.infer<typeof StatusMessage>;
+
+export const UnlockCommandMessage = z.object({
+  v,
+  type: z.literal('unlock'),
+  commandId: id,
+  lockerUid: id,
+  bus: z.string().min(1),
+  board: z.number().int().min(0).max(255),
+  lock: z.number().int().min(1).max(255),
+  shipmentUid: z.string().nullable(),
+  reason: z.string(),
+  issuedAt: iso,
+  expiresAt: iso,
+});
+export type UnlockCommandMessage = z.infer<typeof UnlockCommandMessage>;
+export const CommandMessage = z.discriminatedUnion('type', [UnlockCommandMessage]);
+
+export const AckErrorCode = z.enum(['EXPIRED', 'UNKNOWN_LOCK', 'BUS_UNAVAILABLE', 'HARDWARE_FAULT', 'OUTCOME_UNKNOWN', 'BAD_COMMAND']);
+export type AckErrorCode = z.infer<typeof AckErrorCode>;
+export const AckMessage = z.union([
+  z.object({ v, commandId: id, ok: z.literal(true), at: iso, duplicate: z.boolean().optional() }),
+  z.object({ v, commandId: id, ok: z.literal(false), error: AckErrorCode, message: z.string(), at: iso, duplicate: z.boolean().optional() }),
+]);
+export type AckMessage = z.infer<typeof AckMessage>;
+
+export const EVENT_TYPES = [
+  'credentialAccepted',
+  'credentialRefused',
+  'unlockSent',
+  'doorOpened',
+  'doorClosed',
+  'itemPlaced',
+  'itemRemoved',
+  'dropOff',
+  'pickUp',
+  'accessIncomplete',
+  'jam',
+  'forcedOpen',
+  'doorLeftOpen',
+  'boardOffline',
+  'boardOnline',
+  'busPortLost',
+  'busPortRestored',
+] as const;
+export type EdgeEventType = (typeof EVENT_TYPES)[number];
+
+/** The envelope every event has; the type-specific fields ride along (passthrough). */
+export const EventMessage = z
+  .object({ v, eventId: id, seq: z.number().int().min(1), terminalId: id, at: iso, type: z.enum(EVENT_TYPES) })
+  .passthrough();
+export type EventMessage = z.infer<typeof EventMessage> & Record<string, unknown>;
+
+/** The fields of a dropOff / pickUp event (central acts on them). */
+export const AccessDoneFields = z.object({
+  sessionId: id,
+  shipmentUid: id,
+  codeId: id,
+  lockerUid: id,
+  bus: z.string(),
+  board: z.number().int(),
+  lock: z.number().int(),
+});
+export type AccessDoneFields = z.infer<typeof AccessDoneFields>;
+
+/** Parses a JSON payload with a schema; null when it is not JSON or does not fit. */
+export function parseMessage<T>(schema: z.ZodType<T>, payload: Buffer | string): T | null {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(typeof payload === 'string' ? payload : payload.toString('utf8'));
+  } catch {
+    return null;
+  }
+  const r = schema.safeParse(raw);
+  return r.success ? r.data : null;
+}
