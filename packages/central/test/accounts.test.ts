@@ -464,6 +464,18 @@ describeEngines('accounts API', (engine) => {
       await create({ emailAddress: a.emailAddress });
     });
 
+    it('answers AccountInUse while the account has an active shipment', async () => {
+      const a = await create();
+      const ship = await t.post('/v1/Logistics/CreateLocalShipment', {
+        ToUserUid: a.userUid, PupUid: PUP_A1, Dimension: { width: 10, height: 5, length: 10 }, AllowLargerLockers: true, AllowOverflowLockers: false,
+      });
+      expect(ship.body.success, JSON.stringify(ship.body)).toBe(true);
+      const res = await t.post('/v1/Account/RemoveAccount', { userUid: a.userUid });
+      expect(res.body).toMatchObject({ success: false, error: 'AccountInUse' });
+      expect((await t.post('/v1/Logistics/CancelShipment', { shipmentUid: ship.body.shipmentUid })).body.success).toBe(true);
+      expect((await t.post('/v1/Account/RemoveAccount', { userUid: a.userUid })).body.success).toBe(true);
+    });
+
     it('answers InvalidUserUid, AccessDenied for another tenant, AccessDenied for a dispatcher main account', async () => {
       const a = await create();
       expect((await t.post('/v1/Account/RemoveAccount', {})).body).toMatchObject({ success: false, error: 'InvalidUserUid' });

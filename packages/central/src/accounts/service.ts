@@ -514,6 +514,14 @@ export class AccountService {
       const row = await this.manageable(trx, tenant, userUid, () => ({}));
       const isMain = await trx.selectFrom('tenants').select('uid').where('main_account_uid', '=', row.uid).executeTakeFirst();
       if (isMain || fromBool(row.is_dispatcher)) throw new ApiError('AccessDenied', 'userUid: a dispatcher main account cannot be removed', 400);
+      // A parcel in progress for the account would lose its sender or receiver.
+      const busy = await trx
+        .selectFrom('shipments')
+        .select('uid')
+        .where('active', '=', 1)
+        .where((eb) => eb.or([eb('from_user_uid', '=', row.uid), eb('to_user_uid', '=', row.uid)]))
+        .executeTakeFirst();
+      if (busy) throw new ApiError('AccountInUse', 'userUid: the account has active shipments; cancel or complete them first', 400);
       await trx.deleteFrom('account_pups').where('account_uid', '=', row.uid).execute();
       await trx.deleteFrom('accounts').where('uid', '=', row.uid).execute();
     });
