@@ -138,6 +138,34 @@ describe('LockBus over memory', () => {
     expect(fake.count('unlock')).toBe(0);
   });
 
+  it('a write that never drains fails WRITE_FAILED after writeTimeoutMs and the bus carries on', async () => {
+    const { host, fake, bus } = await setup('kerong-cu16', { writeTimeoutMs: 50 });
+    await bus.start();
+    await waitFor(bus, 'boardOnline');
+    const orig = host.write.bind(host);
+    host.write = (d: Buffer) => (d[2] === 0x31 ? new Promise<void>(() => undefined) : orig(d));
+    await expect(bus.unlock(1, 3)).rejects.toMatchObject({ code: 'WRITE_FAILED' });
+    host.write = orig;
+    await waitFor(bus, 'pollCycle');
+    fake.openDoor(1, 4);
+    await waitFor(bus, 'doorOpened', (e) => e.lock === 4);
+  });
+
+  it('a throwing event listener does not count as a failed poll or stop the bus', async () => {
+    const { fake, bus, events } = await setup();
+    await bus.start();
+    await waitFor(bus, 'boardOnline');
+    const opened = waitFor(bus, 'doorOpened');
+    bus.on('doorOpened', () => {
+      throw new Error('listener bug');
+    });
+    fake.openDoor(1, 1);
+    await opened;
+    fake.closeDoor(1, 1);
+    await waitFor(bus, 'doorClosed');
+    expect(names(events).filter((n) => n === 'boardOffline')).toEqual([]);
+  });
+
   it('unlock while the port is down rejects NOT_SENT (nothing written, safe to retry)', async () => {
     const { host, bus } = await setup();
     await bus.start();

@@ -218,6 +218,14 @@ describe('other dialects and several buses', () => {
     await waitFor(bus, 'doorClosed', (e) => e.board === 2 && e.lock === 8);
   });
 
+  it('Kerong 48-lock board over a pty: unlock lock 48 -> doorOpened, item sensors', async () => {
+    const { sb, bus } = await setup('pty', { pulseMs: null, releaseGraceMs: 600 }, 'kerong-48', [0]);
+    await unlockAndSeeOpen(bus, 0, 48);
+    sb.lock(0, 48).putItem();
+    await waitFor(bus, 'itemPlaced', (e) => e.lock === 48);
+    expect(bus.locks(0)).toHaveLength(48);
+  });
+
   it('closed-low polarity on both sides', async () => {
     const sim = new Simulator({ buses: [{ name: 'lo', link: { kind: 'pty' }, dialect: 'kerong-cu16', polarity: 'closed-low', boards: [{ address: 3 }] }] });
     await sim.start();

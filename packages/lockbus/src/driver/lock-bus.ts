@@ -51,6 +51,8 @@ export interface LockBusOptions {
   maxDrainMs?: number;
   /** Inter-frame gap. Default 3.5 character times + 1 ms. */
   gapMs?: number;
+  /** A write not drained within this long fails WRITE_FAILED (never re-sent). Default 1000 ms. */
+  writeTimeoutMs?: number;
   /** Failed polls in a row before boardOffline. Default 3. */
   offlineAfter?: number;
   /** If set, sent (setPulse) to every board that comes online, where the dialect can. */
@@ -149,6 +151,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     quietMs: number;
     maxDrainMs: number;
     gapMs: number;
+    writeTimeoutMs: number;
     reconnectInitialMs: number;
     reconnectMaxMs: number;
     reconnectFactor: number;
@@ -195,6 +198,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       quietMs: opts.quietMs ?? 25,
       maxDrainMs: opts.maxDrainMs ?? 500,
       gapMs: opts.gapMs ?? 3.5 * charMs + 1,
+      writeTimeoutMs: opts.writeTimeoutMs ?? 1000,
       reconnectInitialMs: opts.reconnect?.initialMs ?? 250,
       reconnectMaxMs: opts.reconnect?.maxMs ?? 10_000,
       reconnectFactor: opts.reconnect?.factor ?? 2,
@@ -342,7 +346,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       const alreadyOpen = lock !== 'all' && s.online === true && s.locks[lock - 1]?.door === 'open';
       this.applyBoard(board, { kind: 'unlockSent', at: sentAt, lock });
       this.log.info({ board, lock, alreadyOpen }, 'unlock sent');
-      this.emit('unlockSent', { bus: this.name, at: sentAt, board, lock, alreadyOpen });
+      this.safeEmit('unlockSent', { bus: this.name, at: sentAt, board, lock, alreadyOpen });
     };
     try {
       const r = await this.transact(req, 10, onWritten);
@@ -364,10 +368,12 @@ export class LockBus extends EventEmitter<LockBusEvents> {
         const job = this.queue.shift()!;
         await this.run(job);
       }
-    })().finally(() => {
-      this.pumping = null;
-      if (this.running && this.queue.length) this.pump();
-    });
+    })()
+      .catch((err: Error) => this.log.error({ err: err.message }, 'transaction loop failed'))
+      .finally(() => {
+        this.pumping = null;
+        if (this.running && this.queue.length) this.pump();
+      });
   }
 
   private async waitForQuietLine(): Promise<void> {
@@ -397,7 +403,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     const pending = expectsReply ? this.collect(job) : null;
     this.emitFrame('tx', job.frame);
     try {
-      await this.transport.write(job.frame);
+      await this.writeWithTimeout(job.frame);
     } catch (err) {
       this.collector = null;
       this.lastLineActivity = performance.now();
@@ -431,6 +437,18 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       this.collector = null;
       this.parser.reset();
     }
+  }
+
+  /** A write whose drain never returns (a wedged adapter) must not stall the bus forever. */
+  private writeWithTimeout(frame: Buffer): Promise<void> {
+    const ms = this.t.writeTimeoutMs;
+    let timer: NodeJS.Timeout | null = null;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new LockBusError('WRITE_FAILED', `write not drained within ${ms} ms`)), ms);
+    });
+    return Promise.race([this.transport.write(frame), timeout]).finally(() => {
+      if (timer) clearTimeout(timer);
+    });
   }
 
   /** Sets up the reply collector before the write so no byte is missed. */
@@ -548,7 +566,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     this.backoffMs = this.t.reconnectInitialMs;
     this.lastLineActivity = performance.now();
     this.log.info({ port: this.transport.description }, 'port open');
-    this.emit('portOpened', { bus: this.name, at: this.now() });
+    this.safeEmit('portOpened', { bus: this.name, at: this.now() });
   }
 
   private onTransportClose(err?: Error): void {
@@ -556,7 +574,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     const msg = err?.message ?? 'closed';
     this.log.warn({ err: msg }, 'port lost; reopening with back-off');
     this.collector?.abort(new LockBusError('PORT_LOST', `port lost: ${msg}`));
-    this.emit('portClosed', { bus: this.name, at: this.now(), error: msg });
+    this.safeEmit('portClosed', { bus: this.name, at: this.now(), error: msg });
     this.scheduleReconnect();
   }
 
@@ -610,9 +628,18 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     const payload = { bus: this.name, at, ...rest };
     const level = type === 'jam' || type === 'forcedOpen' || type === 'boardOffline' || type === 'doorLeftOpen' ? 'warn' : 'info';
     this.log[level](payload, type);
-    (this.emit as (t: string, p: unknown) => boolean)(type, payload);
+    this.safeEmit(type, payload);
     if (type === 'boardOnline' && this.opts.pulseMs != null && this.dialect.supports('setPulse')) {
       this.setPulse(e.board, this.opts.pulseMs).catch((err: LockBusError) => this.log.warn({ board: e.board, code: err.code }, 'setting the pulse time failed'));
+    }
+  }
+
+  /** A throwing listener must not look like a failed poll or stop the bus. */
+  private safeEmit(type: string, payload: unknown): void {
+    try {
+      (this.emit as (t: string, p: unknown) => boolean)(type, payload);
+    } catch (err) {
+      this.log.error({ event: type, err: (err as Error).message }, 'event listener threw');
     }
   }
 
@@ -638,7 +665,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       }
       const durationMs = performance.now() - t0;
       if (!this.running) return;
-      this.emit('pollCycle', { bus: this.name, at: this.now(), durationMs });
+      this.safeEmit('pollCycle', { bus: this.name, at: this.now(), durationMs });
       const wait = this.t.pollIntervalMs - durationMs;
       if (wait > 0) {
         await new Promise<void>((resolve) => {
