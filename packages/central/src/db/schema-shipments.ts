@@ -66,6 +66,8 @@ export interface ShipmentObjectsTable {
   height: number;
   length: number;
   object_type_uid: string | null;
+  /** order of addition within the shipment */
+  ord: number;
   created_at: string;
 }
 

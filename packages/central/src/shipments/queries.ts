@@ -133,8 +133,7 @@ export async function listObjects(db: Kysely<Database>, shipmentUid: string, pag
     .selectFrom('shipment_objects')
     .selectAll()
     .where('shipment_uid', '=', shipmentUid)
-    .orderBy('created_at')
-    .orderBy('uid')
+    .orderBy('ord')
     .limit(pageSize)
     .offset((pageNo - 1) * pageSize)
     .execute();

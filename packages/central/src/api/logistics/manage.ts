@@ -73,6 +73,7 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
           if (!row.active) throw new ApiError('InvalidShipmentState', `shipment ${row.uid} is ${row.state_code}: objects can no longer be added`);
           const uid = newUid();
           const d = b.details;
+          const last = await trx.selectFrom('shipment_objects').select((eb) => eb.fn.max('ord').as('m')).where('shipment_uid', '=', row.uid).executeTakeFirst();
           await trx
             .insertInto('shipment_objects')
             .values({
@@ -86,6 +87,7 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
               height: d.dimension.height,
               length: d.dimension.length,
               object_type_uid: d.objectTypeUid ?? null,
+              ord: Number(last?.m ?? 0) + 1,
               created_at: now,
             })
             .execute();

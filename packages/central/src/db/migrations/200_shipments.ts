@@ -69,9 +69,10 @@ export async function up(db: Kysely<any>): Promise<void> {
     .addColumn('height', 'double precision', (c) => c.notNull())
     .addColumn('length', 'double precision', (c) => c.notNull())
     .addColumn('object_type_uid', 'text')
+    .addColumn('ord', 'integer', (c) => c.notNull())
     .addColumn('created_at', 'text', (c) => c.notNull())
     .execute();
-  await db.schema.createIndex('shipment_objects_shipment').on('shipment_objects').columns(['shipment_uid', 'created_at']).execute();
+  await db.schema.createIndex('shipment_objects_shipment').on('shipment_objects').columns(['shipment_uid', 'ord']).execute();
 
   await db.schema
     .createTable('access_codes')
