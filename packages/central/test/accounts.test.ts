@@ -146,6 +146,25 @@ describeEngines('accounts API', (engine) => {
       expect(res.body).toMatchObject({ success: false, error: 'InvalidRequest', message: expect.stringContaining(field) });
     });
 
+    it('replays an Idempotency-Key retry instead of answering EmailAlreadyRegistered', async () => {
+      const body = newAccount();
+      const send = async () =>
+        t.app.inject({
+          method: 'POST', url: '/v1/Account/CreateAccount', payload: JSON.stringify(body),
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${await t.token()}`, 'idempotency-key': `acct-${uniq()}-${body.emailAddress}`.slice(0, 60) },
+        });
+      const key = `acct-key-${uniq()}`;
+      const withKey = async () =>
+        t.app.inject({ method: 'POST', url: '/v1/Account/CreateAccount', payload: JSON.stringify(body), headers: { 'content-type': 'application/json', authorization: `Bearer ${await t.token()}`, 'idempotency-key': key } });
+      const first = await withKey();
+      const again = await withKey();
+      expect(first.json().success).toBe(true);
+      expect(again.json()).toEqual(first.json());
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      const otherKey = await send();
+      expect(otherKey.json()).toMatchObject({ success: false, error: 'EmailAlreadyRegistered' });
+    });
+
     it('refuses a body without required fields with InvalidRequest', async () => {
       const res = await t.post('/v1/Account/CreateAccount', { firstName: 'X' });
       expect(res.body).toMatchObject({ success: false, error: 'InvalidRequest' });
