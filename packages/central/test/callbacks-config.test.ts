@@ -136,6 +136,36 @@ describeEngines('ConfigureCallback', (engine) => {
   });
 });
 
+describeEngines('ConfigureCallback, concurrent first calls', (engine) => {
+  let t: TestService;
+  beforeAll(async () => {
+    t = await createTestService(engine);
+  });
+  afterAll(async () => t?.close());
+
+  it('several first calls at once: all succeed, exactly one makes the key', async () => {
+    const tok = await t.token();
+    const res = await Promise.all(Array.from({ length: 6 }, () => t.post(PATH, { url: 'https://tenant-a.example.test/race', authType: 'HMAC' }, tok)));
+    expect(res.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    const withKey = res.filter((r) => r.body.authKey);
+    expect(withKey).toHaveLength(1);
+    expect(res.filter((r) => r.body.changed)).toHaveLength(1);
+    const tenant = await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow();
+    const row = await t.ctx.db.kysely.selectFrom('callback_configs').selectAll().where('tenant_uid', '=', tenant.uid).executeTakeFirstOrThrow();
+    expect(row.auth_key).toBe(withKey[0]!.body.authKey);
+  });
+
+  it('several resetKey calls at once: the key stored is the one returned last (each caller saw a distinct new key)', async () => {
+    const tok = await t.token();
+    const res = await Promise.all(Array.from({ length: 5 }, () => t.post(PATH, { url: 'https://tenant-a.example.test/race', authType: 'HMAC', resetKey: true }, tok)));
+    const keys = res.map((r) => r.body.authKey as string);
+    expect(new Set(keys).size).toBe(5);
+    const tenant = await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow();
+    const row = await t.ctx.db.kysely.selectFrom('callback_configs').selectAll().where('tenant_uid', '=', tenant.uid).executeTakeFirstOrThrow();
+    expect(keys).toContain(row.auth_key);
+  });
+});
+
 describeEngines('callback provisioning', (engine) => {
   let t: TestService;
   beforeAll(async () => {

@@ -49,7 +49,7 @@ export async function platformRoutes(app: FastifyInstance, ctx: AppContext): Pro
       body: ConfigureCallbackRequest,
       response: ConfigureCallbackResponse,
       handler: async (body, req) => {
-        const out = await configureCallback(ctx.db.kysely, req.tenant.uid, body, toDbTime(ctx.clock.now()));
+        const out = await configureCallback(ctx.db.kysely, req.tenant.uid, body, toDbTime(ctx.clock.now()), ctx.db.engine);
         if (out.changed) {
           log.info(
             { tenantUid: req.tenant.uid, enabled: out.next.url != null, to: loggableOrigin(out.next.url), authType: out.next.authType, keyChanged: out.newKey != null },

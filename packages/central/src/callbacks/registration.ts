@@ -86,8 +86,11 @@ export function decideCallbackChange(current: CallbackRegistration | null, req: 
 
 type Q = Kysely<Database> | Transaction<Database>;
 
-export async function loadCallbackRegistration(db: Q, tenantUid: string): Promise<CallbackRegistration | null> {
-  const row = await db.selectFrom('callback_configs').select(['url', 'auth_type', 'auth_key']).where('tenant_uid', '=', tenantUid).executeTakeFirst();
+/** `forUpdate` (PostgreSQL only) locks the row until the transaction ends: concurrent changes queue up. */
+export async function loadCallbackRegistration(db: Q, tenantUid: string, forUpdate = false): Promise<CallbackRegistration | null> {
+  let q = db.selectFrom('callback_configs').select(['url', 'auth_type', 'auth_key']).where('tenant_uid', '=', tenantUid);
+  if (forUpdate) q = q.forUpdate();
+  const row = await q.executeTakeFirst();
   if (!row) return null;
   const authType = (AUTH_TYPES as readonly string[]).includes(row.auth_type) ? (row.auth_type as AuthType) : 'HMAC';
   return { url: row.url, authType, authKey: row.auth_key };
@@ -100,13 +103,27 @@ export async function storeCallbackRegistration(db: Q, tenantUid: string, reg: C
 }
 
 /** Applies ConfigureCallback for a tenant in one transaction; returns the outcome. */
-export async function configureCallback(db: Kysely<Database>, tenantUid: string, req: ConfigureRequest, now: string): Promise<ConfigureOutcome> {
-  return db.transaction().execute(async (trx) => {
-    const current = await loadCallbackRegistration(trx, tenantUid);
-    const out = decideCallbackChange(current, req);
-    if (out.changed) await storeCallbackRegistration(trx, tenantUid, out.next, now, current != null);
-    return out;
-  });
+export async function configureCallback(db: Kysely<Database>, tenantUid: string, req: ConfigureRequest, now: string, engine: 'sqlite' | 'postgres' = 'sqlite'): Promise<ConfigureOutcome> {
+  const run = () =>
+    db.transaction().execute(async (trx) => {
+      const current = await loadCallbackRegistration(trx, tenantUid, engine === 'postgres');
+      const out = decideCallbackChange(current, req);
+      if (out.changed) await storeCallbackRegistration(trx, tenantUid, out.next, now, current != null);
+      return out;
+    });
+  try {
+    return await run();
+  } catch (err) {
+    // Two first calls of one tenant at the same time: the loser's insert hits the primary key.
+    // Decide again on what the winner stored.
+    if (!isUniqueViolation(err)) throw err;
+    return run();
+  }
+}
+
+function isUniqueViolation(err: unknown): boolean {
+  const e = err as { code?: string; message?: string };
+  return e?.code === '23505' || e?.code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || e?.code === 'SQLITE_CONSTRAINT_UNIQUE';
 }
 
 export interface ProvisionedCallback {
