@@ -43,7 +43,7 @@ export const ConfigSchema = z
     log: z
       .object({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-        pretty: z.coerce.boolean().default(false),
+        pretty: z.boolean().default(false),
       })
       .strict()
       .prefault({}),
@@ -57,7 +57,7 @@ export const ConfigSchema = z
       .prefault({}),
     callbacks: z
       .object({
-        enabled: z.coerce.boolean().default(true),
+        enabled: z.boolean().default(true),
         initialBackoffMs: z.coerce.number().int().positive().default(1000),
         maxBackoffMs: z.coerce.number().int().positive().default(15 * 60_000),
         requestTimeoutMs: z.coerce.number().int().positive().default(10_000),
@@ -118,9 +118,16 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_LOG_LEVEL: ['log', 'level'],
   LOCKER_LOG_PRETTY: ['log', 'pretty'],
   LOCKER_SHIPMENTS_DROP_OFF_DEADLINE_HOURS: ['shipments', 'dropOffDeadlineHours'],
+  LOCKER_SHIPMENTS_EXPIRY_SWEEP_SECONDS: ['shipments', 'expirySweepSeconds'],
   LOCKER_CALLBACKS_ENABLED: ['callbacks', 'enabled'],
+  LOCKER_CALLBACKS_INITIAL_BACKOFF_MS: ['callbacks', 'initialBackoffMs'],
+  LOCKER_CALLBACKS_MAX_BACKOFF_MS: ['callbacks', 'maxBackoffMs'],
+  LOCKER_CALLBACKS_REQUEST_TIMEOUT_MS: ['callbacks', 'requestTimeoutMs'],
+  LOCKER_CALLBACKS_POLL_INTERVAL_MS: ['callbacks', 'pollIntervalMs'],
   LOCKER_CALLBACKS_CONCURRENCY: ['callbacks', 'concurrency'],
   LOCKER_IDEMPOTENCY_TTL_HOURS: ['idempotency', 'ttlHours'],
+  LOCKER_IDEMPOTENCY_WAIT_MS: ['idempotency', 'waitMs'],
+  LOCKER_IDEMPOTENCY_LOCK_SECONDS: ['idempotency', 'lockSeconds'],
   LOCKER_MQTT_MODE: ['mqtt', 'mode'],
   LOCKER_MQTT_URL: ['mqtt', 'url'],
   LOCKER_MQTT_PORT: ['mqtt', 'port'],
@@ -162,6 +169,44 @@ function merge(a: any, b: any): any {
   return b;
 }
 
+/** The innermost schema type of a setting ('number', 'boolean', 'string', ...), or undefined. */
+export function settingType(keyPath: readonly string[]): string | undefined {
+  let cur: any = ConfigSchema;
+  for (const k of keyPath) {
+    cur = unwrapSchema(cur);
+    cur = cur?._zod?.def?.shape?.[k];
+    if (!cur) return undefined;
+  }
+  return unwrapSchema(cur)?._zod?.def?.type;
+}
+
+function unwrapSchema(s: any): any {
+  for (let i = 0; i < 10 && s?._zod?.def?.innerType; i++) s = s._zod.def.innerType;
+  return s;
+}
+
+const TRUE = /^(true|1|yes|on)$/i;
+const FALSE = /^(false|0|no|off)$/i;
+
+/**
+ * Booleans may be written as true/false, 1/0, yes/no, on/off (environment variables are strings).
+ * Numbers are coerced from strings, but an empty string, null or a boolean is refused instead of
+ * silently becoming 0 or 1.
+ */
+function normalizeLeaves(raw: any, prefix: string[] = []): any {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
+  const out: any = {};
+  for (const [k, v] of Object.entries(raw)) {
+    const keyPath = [...prefix, k];
+    const type = settingType(keyPath);
+    if (v && typeof v === 'object' && !Array.isArray(v)) out[k] = normalizeLeaves(v, keyPath);
+    else if (type === 'boolean' && typeof v === 'string') out[k] = TRUE.test(v.trim()) ? true : FALSE.test(v.trim()) ? false : v;
+    else if (type === 'number' && (v === null || typeof v === 'boolean' || (typeof v === 'string' && v.trim() === ''))) out[k] = Number.NaN;
+    else out[k] = v;
+  }
+  return out;
+}
+
 export function loadConfig(opts: LoadConfigOptions = {}): Config {
   const env = opts.env ?? process.env;
   const file = opts.file ?? env.LOCKER_CONFIG;
@@ -180,7 +225,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): Config {
       throw new ConfigError(`unknown environment variable ${k}: known ones are ${Object.keys(ENV_MAP).join(', ')}`);
     }
   }
-  raw = merge(merge(raw, fromEnv), opts.overrides);
+  raw = normalizeLeaves(merge(merge(raw, fromEnv), opts.overrides));
   const res = ConfigSchema.safeParse(raw);
   if (!res.success) {
     const issue = res.error.issues[0]!;
