@@ -2,12 +2,15 @@
 // tenant checks them, ApiKey and None modes, retries with growing back-off, per-shipment order,
 // a failing shipment not blocking others, a restart in between, two instances on one database.
 import crypto from 'node:crypto';
+import Fastify from 'fastify';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { CallbackReceiver, waitFor, type Received } from './support/receiver';
 import { openSameStore, storeSchema, type SameStoreService } from './support/same-store';
 import { enqueueShipmentStatus, type ShipmentStatusEvent } from '../src/callbacks/outbox';
-import { CALLBACK_WORKER_NAME, type CallbackDeliveryWorker } from '../src/callbacks/worker';
+import { CALLBACK_WORKER_NAME, CallbackDeliveryWorker } from '../src/callbacks/worker';
+import { centralPlugin } from '../src/app';
+import { createLogger } from '../src/logger';
 import { backoffMs } from '../src/callbacks/backoff';
 import { newUid, toDbTime } from '../src/ids';
 import type { AppContext } from '../src/context';
@@ -408,5 +411,54 @@ describeEngines('callback request timeout', (engine) => {
     worker(t).wake();
     await waitFor(async () => (await outbox(t, ship))[0]!.status === 'delivered', 'delivered on retry');
     await worker(t).stop();
+  });
+});
+
+describeEngines('callback logging', (engine) => {
+  let t: TestService;
+  let rx: CallbackReceiver;
+  beforeAll(async () => {
+    t = await createTestService(engine, { config: { callbacks: { pollIntervalMs: 20 } } });
+    rx = new CallbackReceiver();
+    await rx.start();
+  });
+  afterAll(async () => {
+    await rx?.close();
+    await t?.close();
+  });
+
+  it('logs ids and the URL origin at debug level, never the key or the URL path and query', async () => {
+    const lines: string[] = [];
+    const log = createLogger({ level: 'debug', destination: { write: (s: string) => void lines.push(s) } });
+    const ctx = { ...t.ctx, log };
+    const app = Fastify({ loggerInstance: log });
+    await app.register(centralPlugin, { ctx });
+    await app.ready();
+    const w = new CallbackDeliveryWorker(ctx);
+    try {
+      const tok = await t.token();
+      const res = await app.inject({ method: 'POST', url: CONFIGURE, payload: JSON.stringify({ url: rx.url, authType: 'ApiKey' }), headers: { 'content-type': 'application/json', authorization: `Bearer ${tok}` } });
+      const key = res.json().authKey as string;
+      expect(key).toBeTruthy();
+      const ship = newUid();
+      rx.behaviour = (r) => (rx.requests.indexOf(r) === 0 ? 503 : 200);
+      const e = await enqueue(t, event(await tenantUid(t.ctx), ship, 'ReadyForDropoff', t.clock.now()));
+      await w.start();
+      await waitFor(async () => (await outbox(t, ship))[0]!.attempts === 1, 'failed attempt');
+      t.clock.advance(5_000);
+      w.wake();
+      await waitFor(() => rx.delivered.length === 1, 'delivery');
+      const text = lines.join('');
+      expect(text).toContain(e.eventId);
+      expect(text).toContain('callback delivery failed');
+      expect(text).toContain('callback registration changed');
+      expect(text).toContain(`http://127.0.0.1:${rx.port}`);
+      expect(text).not.toContain(key);
+      expect(text).not.toContain('/hooks/locker');
+      expect(text).not.toContain('tenant=a');
+    } finally {
+      await w.stop();
+      await app.close();
+    }
   });
 });
