@@ -124,14 +124,16 @@ export class PickupPointQueries {
       const pattern = likePattern(term);
       base = base.where((eb) => eb.or(SEARCH_COLUMNS.map((c) => sql<boolean>`lower(coalesce(${sql.ref(c)}, '')) like ${pattern} escape '\\'`)));
     }
-    const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
+    // One query for the page and the total (a window count); a second only for a page past the end.
     const rows = await base
       .selectAll('pups')
+      .select(sql<number>`count(*) over ()`.as('total_count'))
       .orderBy('pups.name')
       .orderBy('pups.uid')
       .limit(q.pageSize)
       .offset((q.pageNo - 1) * q.pageSize)
       .execute();
+    const n = rows.length ? rows[0]!.total_count : (await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n;
     const items = rows.map((p): PickUpPointItem => {
       const item: PickUpPointItem = { pupUid: p.uid, name: p.name };
       if (p.time_zone) item.timeZone = p.time_zone;
@@ -159,14 +161,15 @@ export class PickupPointQueries {
   private async pageOfLockers(pupUid: string, onlyFree: boolean, pageNo: number, pageSize: number): Promise<Page<LockerItem>> {
     let base = this.lockersOf(pupUid);
     if (onlyFree) base = base.where('booked_shipment_uid', 'is', null).where('active', '=', 1);
-    const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
     const rows = await base
       .select(['uid', 'pup_uid', 'name', 'width', 'height', 'length'])
+      .select(sql<number>`count(*) over ()`.as('total_count'))
       .orderBy('name')
       .orderBy('uid')
       .limit(pageSize)
       .offset((pageNo - 1) * pageSize)
       .execute();
+    const n = rows.length ? rows[0]!.total_count : (await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n;
     return { items: rows.map((l) => ({ pupUid: l.pup_uid, lockerUid: l.uid, name: l.name, dimension: dimension(l) })), totalItems: Number(n) };
   }
 

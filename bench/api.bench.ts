@@ -1,0 +1,152 @@
+// Read-path throughput of the tenant API over loopback HTTP (autocannon, in a worker thread of this
+// process), as a ratio to a bare fastify JSON route measured in the same run with the same
+// connections and duration:
+//
+// 1. Baseline: a bare fastify POST route that parses a small JSON body and answers a small JSON
+//    object (no auth, no validation, no store).
+// 2. Each endpoint of ENDPOINTS below on the central service (bearer token check, case-insensitive
+//    keys, zod validation, tenant-scoped queries, response schema), on SQLite (the embedded
+//    default, synchronous=FULL) and, when reachable, on PostgreSQL.
+//
+// Adding an endpoint to the comparison is one line in ENDPOINTS.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import Fastify from 'fastify';
+import pg from 'pg';
+import { CentralService } from '../packages/central/src/service';
+import { loadConfig } from '../packages/central/src/config';
+import { createLogger } from '../packages/central/src/logger';
+import { applyProvisioning, parseProvisioning, readProvisioningFile } from '../packages/central/src/provisioning/apply';
+import { systemClock } from '../packages/central/src/clock';
+import { DEMO_SITE } from '../packages/central/src/cli';
+
+const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const DURATION_S = Number(process.env.BENCH_API_SECONDS ?? 5);
+const CONNECTIONS = 16;
+
+interface Fixture {
+  pupUid: string;
+  mainAccountUid: string;
+}
+
+/** The endpoints measured: name, path and request body (built from the provisioned demo tenant). */
+const ENDPOINTS: { name: string; path: string; body: (f: Fixture) => unknown }[] = [
+  { name: 'GetPickUpPoints', path: '/v1/PickupPoints/GetPickUpPoints', body: () => ({ pageNo: 1, pageSize: 50, includeDetails: true }) },
+  { name: 'GetAccount', path: '/v1/Account/GetAccount', body: (f) => ({ userUid: f.mainAccountUid }) },
+];
+
+function reachable(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect({ host, port });
+    const done = (ok: boolean) => {
+      s.destroy();
+      resolve(ok);
+    };
+    s.setTimeout(1000, () => done(false));
+    s.once('connect', () => done(true));
+    s.once('error', () => done(false));
+  });
+}
+
+interface Load {
+  rps: number;
+  non2xx: number;
+  errors: number;
+  p50: number;
+  p99: number;
+}
+
+async function load(url: string, body: string, headers: Record<string, string>): Promise<Load> {
+  const r = await autocannon({ url, method: 'POST', body, connections: CONNECTIONS, duration: DURATION_S, headers: { 'content-type': 'application/json', ...headers }, workers: 1 } as autocannon.Options);
+  return { rps: r['2xx'] / (r.duration || DURATION_S), non2xx: r.non2xx, errors: r.errors + r.timeouts, p50: r.latency.p50, p99: r.latency.p99 };
+}
+
+async function baseline(): Promise<Load> {
+  const app = Fastify({ logger: false });
+  app.post('/v1/Bare', async (req) => ({ success: true, error: null, message: null, pageNo: (req.body as { pageNo?: number })?.pageNo ?? null }));
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  try {
+    return await load(`${url}/v1/Bare`, JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }), {});
+  } finally {
+    await app.close();
+  }
+}
+
+interface Row {
+  engine: string;
+  name: string;
+  load: Load;
+  check: string;
+}
+
+async function measureEngine(engine: 'sqlite' | 'postgres'): Promise<Row[]> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-bench-api-'));
+  const pgSchema = engine === 'postgres' ? `bench_${crypto.randomBytes(5).toString('hex')}` : undefined;
+  const config = loadConfig({
+    env: {},
+    overrides: { database: { url: engine === 'sqlite' ? path.join(dir, 'bench.db') : PG_URL }, http: { host: '127.0.0.1', port: 0 }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging' },
+  });
+  const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
+  const ctx = await svc.start();
+  try {
+    const site = parseProvisioning(readProvisioningFile(DEMO_SITE));
+    await applyProvisioning(ctx.db.kysely, site, systemClock);
+    const base = await svc.listen();
+    const tenant = site.tenants[0]!;
+    const tokRes = await fetch(`${base}/connect/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: tenant.clientId, client_secret: tenant.clientSecret, scope: 'integration_api' }),
+    });
+    const token = ((await tokRes.json()) as { access_token: string }).access_token;
+    const row = await ctx.db.kysely.selectFrom('tenants').select('main_account_uid').where('client_id', '=', tenant.clientId).executeTakeFirstOrThrow();
+    const fixture: Fixture = { pupUid: tenant.pickupPoints[0]!, mainAccountUid: row.main_account_uid };
+    const auth = { authorization: `Bearer ${token}` };
+    const rows: Row[] = [];
+    for (const ep of ENDPOINTS) {
+      const body = JSON.stringify(ep.body(fixture));
+      // one checked request first: the figure only counts when the endpoint answers success
+      const probe = await fetch(`${base}${ep.path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body });
+      const answer = (await probe.json().catch(() => null)) as { success?: boolean; error?: string } | null;
+      const check = probe.status === 200 && answer?.success === true ? 'ok' : `answered ${probe.status} ${answer?.error ?? ''}`.trim();
+      rows.push({ engine, name: ep.name, load: await load(`${base}${ep.path}`, body, auth), check });
+    }
+    return rows;
+  } finally {
+    await svc.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+    if (pgSchema) {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
+      await c.end();
+    }
+  }
+}
+
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+
+export default async function apiBench(): Promise<{ title: string; markdown: string }> {
+  const bare = await baseline();
+  const rows: Row[] = await measureEngine('sqlite');
+  const pgUrl = new URL(PG_URL);
+  const pgOk = await reachable(pgUrl.hostname, Number(pgUrl.port || 5432));
+  if (pgOk) rows.push(...(await measureEngine('postgres')));
+
+  const lines = [
+    `autocannon, ${CONNECTIONS} connections, ${DURATION_S} s per row, load generator in a worker thread of the same process, loopback HTTP. ` +
+      'Ratio = requests per second (2xx only) of the endpoint / the bare fastify JSON route in this run.',
+    '',
+    '| store | endpoint | req/s | ratio to bare route | p50 ms | p99 ms | non-2xx | errors | check |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---|',
+    `| - | bare fastify JSON route | ${fmt(bare.rps)} | 1.00 | ${bare.p50} | ${bare.p99} | ${bare.non2xx} | ${bare.errors} | baseline |`,
+    ...rows.map((r) => `| ${r.engine === 'sqlite' ? 'SQLite' : 'PostgreSQL'} | ${r.name} | ${fmt(r.load.rps)} | ${(r.load.rps / bare.rps).toFixed(2)} | ${r.load.p50} | ${r.load.p99} | ${r.load.non2xx} | ${r.load.errors} | ${r.check} |`),
+    '',
+    pgOk ? '' : `PostgreSQL not reachable at ${pgUrl.host}: only SQLite measured.`,
+  ];
+  return { title: 'Tenant API read path (GetPickUpPoints, GetAccount) vs a bare fastify route', markdown: lines.join('\n') };
+}
