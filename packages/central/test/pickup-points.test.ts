@@ -313,3 +313,28 @@ describeEngines('PickupPoints API', (engine) => {
     }
   });
 });
+
+describe('rate limiting (http.rateLimitPerMinute)', () => {
+  let t: TestService;
+  beforeAll(async () => {
+    t = await createTestService('sqlite', { config: { http: { rateLimitPerMinute: 3 } } });
+  });
+  afterAll(async () => t?.close());
+
+  it('answers 429 RateLimited with Retry-After in the envelope once the per-token budget is spent', async () => {
+    const tok = await t.token();
+    const statuses: number[] = [];
+    let last: Awaited<ReturnType<TestService['post']>> | undefined;
+    for (let i = 0; i < 5; i++) {
+      last = await t.post(GET_PUPS, { pageNo: 1, pageSize: 10 }, tok);
+      statuses.push(last.status);
+    }
+    expect(statuses.slice(0, 3)).toEqual([200, 200, 200]);
+    expect(statuses.slice(3)).toEqual([429, 429]);
+    expect(last!.body).toEqual({ success: false, error: 'RateLimited', message: expect.stringContaining('rate limit') });
+    expect(Number(last!.headers['retry-after'])).toBeGreaterThan(0);
+    // another client (token) has its own budget
+    const other = await t.post(GET_PUPS, { pageNo: 1, pageSize: 10 }, await t.token('tenant-b'));
+    expect(other.status).toBe(200);
+  });
+});
