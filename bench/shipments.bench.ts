@@ -1,0 +1,268 @@
+// Shipments throughput over loopback HTTP (autocannon), on SQLite and on PostgreSQL:
+//
+// 1. Baseline: a bare fastify POST route that parses a JSON body and answers a small JSON object.
+// 2. CreateLocalShipment: bearer auth, validation, user check, booking (conditional UPDATE of a
+//    locker), shipment row, audit row, outbox row, 5 access codes, one transaction per booking
+//    on PostgreSQL, group commit on SQLite (synchronous=FULL: a booking is acknowledged only
+//    after the fsync'd COMMIT that contains it).
+// 3. GetShipments: one page of 100 (active, newest first) out of 100,000 stored shipments of the
+//    tenant, with paging totals.
+//
+// Each figure is requests per second and a ratio to the baseline measured in the same run.
+// After the booking run the store is checked for double-booked lockers (must be 0). Enough
+// lockers are provisioned (many PUPs) that no booking is refused for lack of space.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import Fastify from 'fastify';
+import pg from 'pg';
+import { CentralService } from '../packages/central/src/service';
+import { loadConfig } from '../packages/central/src/config';
+import { createLogger } from '../packages/central/src/logger';
+import { applyProvisioning } from '../packages/central/src/provisioning/apply';
+import { newUid, toDbTime } from '../packages/central/src/ids';
+import { shipmentService } from '../packages/central/src/shipments/service';
+import { SqliteGroupCommitRunner } from '../packages/central/src/shipments/tx';
+import type { Db } from '../packages/central/src/db/database';
+
+const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const DURATION_S = Number(process.env.BENCH_SHIPMENTS_SECONDS ?? 5);
+const CONNECTIONS = 64;
+const PUPS = 600;
+const LOCKERS_PER_PUP = 60;
+const STORED = 100_000;
+
+function reachable(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect({ host, port });
+    const done = (ok: boolean) => {
+      s.destroy();
+      resolve(ok);
+    };
+    s.setTimeout(1000, () => done(false));
+    s.once('connect', () => done(true));
+    s.once('error', () => done(false));
+  });
+}
+
+interface Load {
+  rps: number;
+  ok: number;
+  non2xx: number;
+  errors: number;
+  p50: number;
+  p99: number;
+}
+
+async function load(url: string, requests: autocannon.Request[], headers: Record<string, string>): Promise<Load> {
+  const r = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, requests, workers: 1 } as autocannon.Options);
+  const ok = r['2xx'];
+  return { rps: ok / (r.duration || DURATION_S), ok, non2xx: r.non2xx, errors: r.errors + r.timeouts, p50: r.latency.p50, p99: r.latency.p99 };
+}
+
+async function baseline(): Promise<Load> {
+  const app = Fastify({ logger: false });
+  app.post('/v1/Bare', async (req) => ({ success: true, error: null, message: null, echo: (req.body as any)?.PupUid ?? null }));
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  try {
+    const body = JSON.stringify({ PupUid: 'p', Dimension: { width: 10, height: 10, length: 10 }, AllowLargerLockers: true, AllowOverflowLockers: false });
+    return await load(url, [{ method: 'POST', path: '/v1/Bare', body }], { 'content-type': 'application/json' });
+  } finally {
+    await app.close();
+  }
+}
+
+async function chunked<T>(rows: T[], size: number, fn: (chunk: T[]) => Promise<unknown>) {
+  for (let i = 0; i < rows.length; i += size) await fn(rows.slice(i, i + size));
+}
+
+/** PUPs with lockers, linked to the tenant; a user linked to the first PUP. */
+async function provision(db: Db, now: string, tenantUid: string): Promise<{ pups: string[]; user: string }> {
+  const k = db.kysely;
+  const pups = Array.from({ length: PUPS }, (_, i) => `bench${String(i).padStart(27, '0')}`);
+  await k.transaction().execute(async (trx) => {
+    await chunked(pups, 500, (c) => trx.insertInto('pups').values(c.map((uid, i) => ({ uid, name: `Bench ${i}`, time_zone: 'UTC', loc_street_name: 's', loc_mailbox: '', loc_city: 'c', loc_country_iso2: 'NL', loc_latitude: null, loc_longitude: null, delivery_address: null, parking_address: null, external_reference: null, overflow_pup_uid: null, created_at: now, updated_at: now }))).execute());
+    await chunked(pups, 500, (c) => trx.insertInto('tenant_pups').values(c.map((pup_uid) => ({ tenant_uid: tenantUid, pup_uid }))).execute());
+    const lockers = pups.flatMap((pup, p) =>
+      Array.from({ length: LOCKERS_PER_PUP }, (_, i) => ({
+        uid: crypto.createHash('md5').update(`${p}/${i}`).digest('hex'),
+        pup_uid: pup,
+        name: `L${i}`,
+        width: 40,
+        height: i % 3 === 0 ? 10 : i % 3 === 1 ? 20 : 40,
+        length: 60,
+        size_code: i % 3 === 0 ? 'S' : i % 3 === 1 ? 'M' : 'L',
+        type_code: 'normal',
+        bus: 'bus0',
+        board_address: Math.floor(i / 16),
+        lock_number: (i % 16) + 1,
+        booked_shipment_uid: null,
+        active: 1 as const,
+        created_at: now,
+        updated_at: now,
+      })),
+    );
+    await chunked(lockers, 1000, (c) => trx.insertInto('lockers').values(c).execute());
+  });
+  const user = newUid();
+  await k.insertInto('accounts').values({ uid: user, user_name: 'bench@example.test', user_name_key: 'bench@example.test', email_address: 'bench@example.test', email_key: 'bench@example.test', first_name: 'B', last_name: 'U', main_pup_uid: pups[0]!, created_at: now, updated_at: now }).execute();
+  await k.insertInto('account_pups').values({ account_uid: user, pup_uid: pups[0]! }).execute();
+  return { pups, user };
+}
+
+/** Fills the store up to STORED shipments of the tenant (synthetic rows, as the API would write them). */
+async function fill(db: Db, tenantUid: string, pups: string[], user: string): Promise<void> {
+  const k = db.kysely;
+  const have = Number((await k.selectFrom('shipments').select((eb) => eb.fn.countAll<number>().as('n')).where('tenant_uid', '=', tenantUid).executeTakeFirst())?.n ?? 0);
+  const base = Date.parse('2025-01-01T00:00:00Z');
+  const states = ['PickedUp', 'PickedUp', 'Cancelled', 'Expired', 'ReadyForPickup', 'ReadyForDropoff'];
+  const rows = Array.from({ length: Math.max(0, STORED - have) }, (_, i) => {
+    const st = states[i % states.length]!;
+    const at = toDbTime(new Date(base + i * 1000));
+    return {
+      uid: newUid(),
+      tenant_uid: tenantUid,
+      type_code: i % 4 === 0 ? 'ReceivePupShipment' : 'LocalPupShipment',
+      flow: 'local',
+      state_code: st,
+      active: (st === 'ReadyForPickup' || st === 'ReadyForDropoff' ? 1 : 0) as 0 | 1,
+      state_start: at,
+      created_at: at,
+      updated_at: at,
+      reference_no: `REF-${i}`,
+      reference_case_no: null,
+      description: null,
+      from_user_uid: user,
+      to_user_uid: null,
+      from_address: null,
+      to_address: null,
+      receiver_delayed: 1 as const,
+      keep_booked: 0 as const,
+      pup_uid: pups[i % pups.length]!,
+      locker_uid: null,
+      width: 10,
+      height: 10,
+      length: 10,
+      swaps_shipment_uid: null,
+      prior_shipment_uid: null,
+      waits_on_uid: null,
+      wait_kind: null,
+      drop_off_deadline: null,
+      seq: 1,
+    };
+  });
+  await k.transaction().execute(async (trx) => chunked(rows, 500, (c) => trx.insertInto('shipments').values(c).execute()));
+  if (db.engine === 'sqlite') db.sqlite!.exec('ANALYZE');
+  else await db.pool!.query('ANALYZE shipments');
+}
+
+interface EngineResult {
+  engine: string;
+  base: Load;
+  book: Load;
+  list: Load;
+  doubleBooked: number;
+  note: string;
+}
+
+async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
+  let dbUrl: string;
+  let pgSchema: string | undefined;
+  let cleanup: () => Promise<void>;
+  if (engine === 'sqlite') {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-bench-'));
+    dbUrl = path.join(dir, 'central.db');
+    cleanup = async () => fs.rmSync(dir, { recursive: true, force: true });
+  } else {
+    dbUrl = PG_URL;
+    pgSchema = `bench_${crypto.randomBytes(4).toString('hex')}`;
+    cleanup = async () => {
+      const c = new pg.Client({ connectionString: PG_URL });
+      await c.connect();
+      await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
+      await c.end();
+    };
+  }
+  const config = loadConfig({
+    env: {},
+    overrides: { database: { url: dbUrl, poolSize: 16, sqliteSynchronous: 'FULL' }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0 } },
+  });
+  const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
+  const ctx = await svc.start();
+  try {
+    const now = toDbTime(new Date());
+    await applyProvisioning(
+      ctx.db.kysely,
+      { pickupPoints: [], tenants: [{ clientId: 'bench', clientSecret: 'bench-secret-0123456789', name: 'Bench', mainAccount: { email: 'bench-dispatch@example.test', firstName: 'B', lastName: 'D' }, pickupPoints: [] }], terminals: [] },
+      ctx.clock,
+    );
+    const tenant = await ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'bench').executeTakeFirstOrThrow();
+    const { pups, user } = await provision(ctx.db, now, tenant.uid);
+    svc.app.principals.clear();
+    const url = await svc.listen();
+    const token = ctx.tokens.issue(tenant.uid).token;
+    const headers = { 'content-type': 'application/json', authorization: `Bearer ${token}` };
+    const sync = engine === 'sqlite' ? String(ctx.db.sqlite!.pragma('synchronous', { simple: true })) : 'n/a';
+
+    const base = await baseline();
+    const bookReqs = pups.map((p) => ({
+      method: 'POST' as const,
+      path: '/v1/Logistics/CreateLocalShipment',
+      body: JSON.stringify({ ToUserUid: user, PupUid: p, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' }),
+    }));
+    const book = await load(url, bookReqs, headers);
+    const dbl = await ctx.db.kysely
+      .selectFrom('shipments')
+      .select(['locker_uid', (eb) => eb.fn.countAll<number>().as('n')])
+      .where('active', '=', 1)
+      .where('locker_uid', 'is not', null)
+      .groupBy('locker_uid')
+      .having((eb) => eb.fn.countAll(), '>', 1)
+      .execute();
+    const booked = Number((await ctx.db.kysely.selectFrom('lockers').select((eb) => eb.fn.countAll<number>().as('n')).where('booked_shipment_uid', 'is not', null).executeTakeFirst())?.n ?? 0);
+    const stored = Number((await ctx.db.kysely.selectFrom('shipments').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirst())?.n ?? 0);
+    const runner = shipmentService(ctx).tx;
+    const batching = runner instanceof SqliteGroupCommitRunner ? `, group commit: ${runner.stats.jobs} jobs in ${runner.stats.batches} transactions (mean ${(runner.stats.jobs / Math.max(1, runner.stats.batches)).toFixed(1)}, max ${runner.stats.maxBatch})` : '';
+
+    await fill(ctx.db, tenant.uid, pups, user);
+    const listBody = JSON.stringify({ pageNo: 1, pageSize: 100, activeShipments: true, sortBy: 'CreatedDesc' });
+    const probe = await svc.app.inject({ method: 'POST', url: '/v1/Logistics/GetShipments', payload: listBody, headers });
+    const pj = probe.json();
+    if (probe.statusCode !== 200 || pj.items.length !== 100) throw new Error(`GetShipments probe failed: ${probe.statusCode} ${probe.body.slice(0, 200)}`);
+    const list = await load(url, [{ method: 'POST', path: '/v1/Logistics/GetShipments', body: listBody }], headers);
+    const note = `synchronous=${sync}; ${book.ok} bookings acknowledged, ${stored - 0} shipments before fill, ${booked} lockers booked${batching}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match)`;
+    return { engine, base, book, list, doubleBooked: dbl.length, note };
+  } finally {
+    await svc.stop();
+    await cleanup();
+  }
+}
+
+export default async function (): Promise<{ title: string; markdown: string }> {
+  const results: EngineResult[] = [];
+  results.push(await runEngine('sqlite'));
+  const u = new URL(PG_URL);
+  const pgOk = await reachable(u.hostname, Number(u.port || 5432));
+  if (pgOk) results.push(await runEngine('postgres'));
+  const f = (n: number) => Math.round(n).toLocaleString('en');
+  const r = (a: number, b: number) => (a / b).toFixed(2);
+  const lines = [
+    `${DURATION_S} s per run, ${CONNECTIONS} connections, autocannon in a worker thread over loopback; ${PUPS} PUPs x ${LOCKERS_PER_PUP} lockers.`,
+    '',
+    '| engine | bare route req/s | CreateLocalShipment req/s | ratio | p50 / p99 ms | GetShipments (100 of 100k) req/s | ratio | p50 / p99 ms | double-booked lockers | non-2xx |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+    ...results.map(
+      (x) =>
+        `| ${x.engine} | ${f(x.base.rps)} | ${f(x.book.rps)} | ${r(x.book.rps, x.base.rps)} | ${x.book.p50} / ${x.book.p99} | ${f(x.list.rps)} | ${r(x.list.rps, x.base.rps)} | ${x.list.p50} / ${x.list.p99} | **${x.doubleBooked}** | ${x.book.non2xx + x.list.non2xx} |`,
+    ),
+    '',
+    ...results.map((x) => `- ${x.engine}: ${x.note}`),
+    ...(pgOk ? [] : ['- postgres: SKIPPED (not reachable)']),
+    '',
+    'Goal: booking on SQLite at no less than a third of the bare route (ratio >= 0.33), every acknowledged booking durable.',
+  ];
+  return { title: 'Shipments: booking and listing throughput', markdown: lines.join('\n') };
+}
