@@ -38,19 +38,19 @@ export type SessionInput =
 export type IncompleteReason = 'closed-empty' | 'item-still-present' | 'door-did-not-open' | 'superseded';
 
 export type SessionEffect =
-  | { type: 'dropOff' | 'pickUp'; fields: { sessionId: string; shipmentUid: string; codeId: string; lockerUid: string } & LockRef }
+  | { type: 'dropOff' | 'pickUp'; fields: { sessionId: string; shipmentUid: string; codeId: string; lockerUid: string; item: boolean | null } & LockRef }
   | {
       type: 'accessIncomplete';
       fields: { sessionId: string; reason: IncompleteReason; shipmentUids: string[]; usages: string[]; lockerUid: string } & LockRef;
     };
 
-function done(s: Session, usage: 'DropOff' | 'PickUp'): SessionEffect[] {
+function done(s: Session, usage: 'DropOff' | 'PickUp', item: boolean | null): SessionEffect[] {
   const seen = new Set<string>();
   const out: SessionEffect[] = [];
   for (const c of s.codes) {
     if (c.usage !== usage || seen.has(c.shipmentUid)) continue;
     seen.add(c.shipmentUid);
-    out.push({ type: usage === 'DropOff' ? 'dropOff' : 'pickUp', fields: { sessionId: s.sessionId, shipmentUid: c.shipmentUid, codeId: c.id, lockerUid: s.lockerUid, ...s.at } });
+    out.push({ type: usage === 'DropOff' ? 'dropOff' : 'pickUp', fields: { sessionId: s.sessionId, shipmentUid: c.shipmentUid, codeId: c.id, lockerUid: s.lockerUid, item, ...s.at } });
   }
   return out;
 }
@@ -75,10 +75,10 @@ export function closeOutcome(s: Session, item: boolean | null): SessionEffect[] 
   const hasPick = s.codes.some((c) => c.usage === 'PickUp');
   if (item === null) {
     // no item sensor on this board: the code decides
-    return [...(hasPick ? done(s, 'PickUp') : []), ...(hasDrop ? done(s, 'DropOff') : [])];
+    return [...(hasPick ? done(s, 'PickUp', item) : []), ...(hasDrop ? done(s, 'DropOff', item) : [])];
   }
-  if (!item) return hasPick ? done(s, 'PickUp') : [incomplete(s, 'closed-empty')];
-  if (hasDrop) return [...(hasPick ? done(s, 'PickUp') : []), ...done(s, 'DropOff')];
+  if (!item) return hasPick ? done(s, 'PickUp', item) : [incomplete(s, 'closed-empty')];
+  if (hasDrop) return [...(hasPick ? done(s, 'PickUp', item) : []), ...done(s, 'DropOff', item)];
   return [incomplete(s, 'item-still-present')];
 }
 

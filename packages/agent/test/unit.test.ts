@@ -45,7 +45,7 @@ describe('access sessions', () => {
     let s = start([drop]).sessions;
     s = sessionStep(s, { kind: 'doorOpened', at }).sessions;
     const r = sessionStep(s, { kind: 'doorClosed', at, item: true });
-    expect(r.effects).toEqual([{ type: 'dropOff', fields: { sessionId: 'sess', shipmentUid: 'ship-1', codeId: 'c1', lockerUid: 'locker-3', ...at } }]);
+    expect(r.effects).toEqual([{ type: 'dropOff', fields: { sessionId: 'sess', shipmentUid: 'ship-1', codeId: 'c1', lockerUid: 'locker-3', item: true, ...at } }]);
     expect(r.sessions).toEqual({});
   });
   it('drop-off code closed empty is not a drop-off', () => {

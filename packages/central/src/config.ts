@@ -78,6 +78,19 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    edge: z
+      .object({
+        // how often the code-change marker is polled (a change is pushed to terminals as a delta)
+        pollMs: z.coerce.number().int().positive().default(1000),
+        // a full diff of every online terminal's codes, whatever the marker says
+        reconcileSeconds: z.coerce.number().positive().default(60),
+        // how long a remote unlock waits for the terminal's ack
+        commandTimeoutMs: z.coerce.number().int().positive().default(10_000),
+        // unprocessed terminal events (a transient failure) are retried this often
+        retrySeconds: z.coerce.number().positive().default(10),
+      })
+      .strict()
+      .prefault({}),
     mqtt: z
       .object({
         // embedded: an aedes broker inside the central service; external: connect to url.
@@ -128,6 +141,10 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_IDEMPOTENCY_TTL_HOURS: ['idempotency', 'ttlHours'],
   LOCKER_IDEMPOTENCY_WAIT_MS: ['idempotency', 'waitMs'],
   LOCKER_IDEMPOTENCY_LOCK_SECONDS: ['idempotency', 'lockSeconds'],
+  LOCKER_EDGE_POLL_MS: ['edge', 'pollMs'],
+  LOCKER_EDGE_RECONCILE_SECONDS: ['edge', 'reconcileSeconds'],
+  LOCKER_EDGE_COMMAND_TIMEOUT_MS: ['edge', 'commandTimeoutMs'],
+  LOCKER_EDGE_RETRY_SECONDS: ['edge', 'retrySeconds'],
   LOCKER_MQTT_MODE: ['mqtt', 'mode'],
   LOCKER_MQTT_URL: ['mqtt', 'url'],
   LOCKER_MQTT_PORT: ['mqtt', 'port'],

@@ -14,6 +14,7 @@ import { EmbeddedBroker } from './mqtt/embedded';
 import { ExternalBroker } from './mqtt/external';
 import type { MessageBus } from './mqtt/bus';
 import { buildApp } from './app';
+import { MqttTerminalGateway } from './edge/index';
 
 export interface CentralServiceOptions {
   config: Config;
@@ -59,7 +60,7 @@ export class CentralService {
     let bus: MessageBus | null = null;
     if (config.mqtt.mode === 'embedded') bus = new EmbeddedBroker({ host: config.mqtt.host, port: config.mqtt.port, db: db.kysely, log, fallbackToFreePort: this.opts.mqttPortFallback });
     else if (config.mqtt.mode === 'external') bus = new ExternalBroker({ url: config.mqtt.url, username: config.mqtt.username, password: config.mqtt.password, log });
-    this.ctx = { config, db, log, clock, tokens, terminals: this.opts.terminals ?? new DisconnectedTerminalGateway(), bus, workers: [] };
+    this.ctx = { config, db, log, clock, tokens, terminals: this.opts.terminals ?? (bus ? new MqttTerminalGateway({ bus, db: db.kysely, log, timeoutMs: config.edge.commandTimeoutMs }) : new DisconnectedTerminalGateway()), bus, workers: [] };
     // The bus starts first and stops last: workers (edge sync) publish through it.
     if (bus) this.ctx.workers.push({ name: `mqtt-${bus.kind}`, start: () => bus.start(), stop: () => bus.stop() });
     for (const f of workerFactoryList()) {

@@ -5,6 +5,7 @@ import type { Generated } from 'kysely';
 import type { ShipmentTables } from './schema-shipments';
 import type { CallbackTables } from './schema-callbacks';
 import type { AccountTables } from './schema-accounts';
+import type { EdgeTables } from './schema-edge';
 
 export type Bool = 0 | 1;
 /** a 0/1 column with a database default */
@@ -129,4 +130,4 @@ export interface FoundationTables {
   account_pups: AccountPupsTable;
 }
 
-export interface Database extends FoundationTables, AccountTables, ShipmentTables, CallbackTables {}
+export interface Database extends FoundationTables, AccountTables, ShipmentTables, CallbackTables, EdgeTables {}

@@ -1,7 +1,11 @@
 // The message bus between the central service and terminals: one small interface, two
 // implementations — an MQTT broker embedded in the central process (aedes, the embedded default)
 // and a client of an external broker (Mosquitto, EMQX, HiveMQ). Contract tests run against both.
-export type Handler = (topic: string, payload: Buffer) => void;
+/**
+ * A subscriber. It may return a promise: the embedded broker then sends the publisher's PUBACK
+ * only after it settles (so a handler that stores an event acknowledges only stored events).
+ */
+export type Handler = (topic: string, payload: Buffer) => unknown;
 
 export interface MessageBus {
   readonly kind: 'embedded' | 'external';

@@ -120,12 +120,22 @@ export class EmbeddedBroker implements MessageBus {
       broker.subscribe(
         filter,
         (packet: AedesPublishPacket, cb: () => void) => {
+          let r: unknown;
           try {
-            handler(packet.topic, Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload));
+            r = handler(packet.topic, Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload));
           } catch (err) {
             this.log.error({ err, topic: packet.topic }, 'message handler failed');
           }
-          cb();
+          // a handler that returns a promise delays the publisher's PUBACK until it settles
+          if (r instanceof Promise) {
+            r.then(
+              () => cb(),
+              (err) => {
+                this.log.error({ err, topic: packet.topic }, 'message handler failed');
+                cb();
+              },
+            );
+          } else cb();
         },
         resolve,
       ),
