@@ -80,7 +80,8 @@ export class EdgeSync implements Worker {
     instances.add(this);
     await this.bus.subscribe(edgeTopics.allUp('status'), (t, p) => this.route(t, p, (id) => this.onStatus(id, p)));
     await this.bus.subscribe(edgeTopics.allUp('sync'), (t, p) => this.route(t, p, (id) => this.onSync(id, p)));
-    await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.onEvent(id, p)));
+    // embedded broker: an event is stored before the terminal gets its PUBACK
+    await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.onEvent(id, p)), { beforeAck: true });
     this.pollLoop = this.loop();
     this.log.info('edge sync started');
   }
@@ -325,8 +326,8 @@ export class EdgeSync implements Worker {
       this.log.warn({ terminal: terminalId }, 'event from a terminal that is not provisioned dropped');
       return;
     }
-    // stored before the broker acknowledges it (the handler's promise delays the PUBACK); a
-    // failing store is retried rather than acknowledged
+    // stored before the broker acknowledges it (beforeAck: the PUBACK waits for this promise);
+    // a failing store is retried rather than acknowledged
     let fresh = false;
     for (let delay = 100; ; delay = Math.min(delay * 2, 5000)) {
       try {

@@ -1,11 +1,18 @@
 // The message bus between the central service and terminals: one small interface, two
 // implementations — an MQTT broker embedded in the central process (aedes, the embedded default)
 // and a client of an external broker (Mosquitto, EMQX, HiveMQ). Contract tests run against both.
-/**
- * A subscriber. It may return a promise: the embedded broker then sends the publisher's PUBACK
- * only after it settles (so a handler that stores an event acknowledges only stored events).
- */
+/** A subscriber; with `beforeAck` a returned promise is awaited before the publisher's PUBACK. */
 export type Handler = (topic: string, payload: Buffer) => unknown;
+
+export interface SubscribeOptions {
+  /**
+   * Embedded broker: run the handler for messages published by terminals before the broker
+   * acknowledges them (PUBACK), awaiting a returned promise, so an acknowledged message is one the
+   * handler has dealt with (stored). Such a handler is not also called as an ordinary subscriber.
+   * External broker: an ordinary subscription (the broker acknowledges on its own).
+   */
+  beforeAck?: boolean;
+}
 
 export interface MessageBus {
   readonly kind: 'embedded' | 'external';
@@ -13,7 +20,7 @@ export interface MessageBus {
   stop(): Promise<void>;
   publish(topic: string, payload: Buffer | string, opts?: { qos?: 0 | 1; retain?: boolean }): Promise<void>;
   /** subscribes the central service to a topic filter (MQTT wildcards allowed) */
-  subscribe(filter: string, handler: Handler): Promise<void>;
+  subscribe(filter: string, handler: Handler, opts?: SubscribeOptions): Promise<void>;
   /** where terminals connect (embedded: the listening address) */
   address(): string | null;
 }

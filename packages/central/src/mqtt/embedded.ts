@@ -8,7 +8,7 @@ import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
 import { verifySecret } from '../auth/secrets';
 import { mayPublish, maySubscribe } from './topics';
-import type { Handler, MessageBus } from './bus';
+import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
 
 export interface EmbeddedBrokerOptions {
   host: string;
@@ -27,6 +27,7 @@ export class EmbeddedBroker implements MessageBus {
   private server: net.Server | null = null;
   private addr: string | null = null;
   private readonly authCache = new Map<string, { at: number; hash: string }>();
+  private readonly beforeAck: { filter: string; handler: Handler }[] = [];
   private readonly log: Logger;
 
   constructor(private readonly opts: EmbeddedBrokerOptions) {
@@ -51,9 +52,19 @@ export class EmbeddedBroker implements MessageBus {
       },
       authorizePublish: (client, packet, cb) => {
         if (!client) return cb(null); // the central service itself
-        if (mayPublish(client.id, packet.topic)) return cb(null);
-        this.log.warn({ terminal: client.id, topic: packet.topic }, 'publish outside own topics refused');
-        cb(new Error('not authorized'));
+        if (!mayPublish(client.id, packet.topic)) {
+          this.log.warn({ terminal: client.id, topic: packet.topic }, 'publish outside own topics refused');
+          return cb(new Error('not authorized'));
+        }
+        // beforeAck subscribers run here, before aedes writes the PUBACK (QoS 1 acks first, then
+        // delivers): the terminal's message is acknowledged only once they are done with it
+        const hooks = this.beforeAck.filter((h) => topicMatches(h.filter, packet.topic));
+        if (!hooks.length) return cb(null);
+        const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
+        void Promise.allSettled(hooks.map((h) => Promise.resolve().then(() => h.handler(packet.topic, payload)))).then((results) => {
+          for (const r of results) if (r.status === 'rejected') this.log.error({ err: r.reason, topic: packet.topic }, 'message handler failed');
+          cb(null);
+        });
       },
       authorizeSubscribe: (client, sub, cb) => {
         if (maySubscribe(client.id, sub.topic)) return cb(null, sub);
@@ -113,29 +124,24 @@ export class EmbeddedBroker implements MessageBus {
     );
   }
 
-  async subscribe(filter: string, handler: Handler): Promise<void> {
+  async subscribe(filter: string, handler: Handler, opts: SubscribeOptions = {}): Promise<void> {
     const broker = this.broker;
     if (!broker) throw new Error('broker not started');
+    if (opts.beforeAck) {
+      this.beforeAck.push({ filter, handler });
+      return;
+    }
     await new Promise<void>((resolve) =>
       broker.subscribe(
         filter,
         (packet: AedesPublishPacket, cb: () => void) => {
-          let r: unknown;
           try {
-            r = handler(packet.topic, Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload));
+            const r = handler(packet.topic, Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload));
+            if (r instanceof Promise) r.catch((err) => this.log.error({ err, topic: packet.topic }, 'message handler failed'));
           } catch (err) {
             this.log.error({ err, topic: packet.topic }, 'message handler failed');
           }
-          // a handler that returns a promise delays the publisher's PUBACK until it settles
-          if (r instanceof Promise) {
-            r.then(
-              () => cb(),
-              (err) => {
-                this.log.error({ err, topic: packet.topic }, 'message handler failed');
-                cb();
-              },
-            );
-          } else cb();
+          cb();
         },
         resolve,
       ),
