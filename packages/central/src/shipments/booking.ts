@@ -8,6 +8,7 @@ import { ApiError } from '../errors';
 import type { TenantPrincipal } from '../context';
 import type { Engine } from '../db/database';
 import type { Trx } from './tx';
+import { rawQuery } from './sqlq';
 
 export interface Dim {
   width: number;
@@ -66,14 +67,8 @@ export async function takeLocker(trx: Trx, engine: Engine, lockerUid: string, sh
     const locked = await sql<{ uid: string }>`SELECT uid FROM lockers WHERE uid = ${lockerUid} AND booked_shipment_uid IS NULL AND active = 1 FOR UPDATE SKIP LOCKED`.execute(trx);
     if (locked.rows.length === 0) return false;
   }
-  const res = await trx
-    .updateTable('lockers')
-    .set({ booked_shipment_uid: shipmentUid, updated_at: now })
-    .where('uid', '=', lockerUid)
-    .where('booked_shipment_uid', 'is', null)
-    .where('active', '=', 1)
-    .executeTakeFirst();
-  return Number(res.numUpdatedRows) === 1;
+  const res = await rawQuery(trx, engine, 'UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = ? AND booked_shipment_uid IS NULL AND active = 1', [shipmentUid, now, lockerUid]);
+  return Number(res.numAffectedRows ?? 0) === 1;
 }
 
 /** Frees a locker held by this shipment (no-op when another holds it). */
@@ -89,17 +84,35 @@ export async function transferLocker(trx: Trx, lockerUid: string, fromUid: strin
 
 const noLocker = (msg: string) => new ApiError('NoLockerAvailable', msg);
 
+const COLS = 'uid, name, width, height, length, type_code, booked_shipment_uid';
+const FIRST = 16;
+
 async function bookAt(trx: Trx, engine: Engine, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
-  const lockers = await trx
-    .selectFrom('lockers')
-    .select(['uid', 'name', 'width', 'height', 'length', 'type_code', 'booked_shipment_uid'])
-    .where('pup_uid', '=', pupUid)
-    .where('active', '=', 1)
-    .execute();
-  for (const c of chooseCandidates(lockers, req.dimension, req.allowLarger)) {
-    if (await takeLocker(trx, engine, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
+  const tryAll = async (lockers: LockerCandidate[]) => {
+    for (const c of chooseCandidates(lockers, req.dimension, req.allowLarger)) {
+      if (await takeLocker(trx, engine, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
+    }
+    return null;
+  };
+  if (req.allowLarger) {
+    // Only free lockers matter. Fetch the first few in candidate order (a locker smaller in
+    // volume than the package cannot fit); the whole PUP only when none of those fits.
+    const d = req.dimension;
+    const name = engine === 'postgres' ? 'name COLLATE "C"' : 'name';
+    const first = (
+      await rawQuery<LockerCandidate>(
+        trx,
+        engine,
+        `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, ${name} LIMIT ${FIRST}`,
+        [pupUid, d.width * d.height * d.length],
+      )
+    ).rows;
+    const got = await tryAll(first);
+    if (got || first.length < FIRST) return got;
+    return tryAll((await rawQuery<LockerCandidate>(trx, engine, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL`, [pupUid])).rows);
   }
-  return null;
+  // The smallest fitting size is decided over all lockers, booked or not.
+  return tryAll((await rawQuery<LockerCandidate>(trx, engine, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1`, [pupUid])).rows);
 }
 
 /** Books a locker for a new shipment or throws NoLockerAvailable / InvalidPupUid / InvalidRequest. */

@@ -6,6 +6,8 @@ import crypto from 'node:crypto';
 import { sql } from 'kysely';
 import { newUid } from '../ids';
 import type { Trx } from './tx';
+import type { Engine } from '../db/database';
+import { rawQuery } from './sqlq';
 
 export const PIN_DIGITS = 6;
 
@@ -17,6 +19,30 @@ export interface CodeOwner {
   tenantUid: string;
   pupUid: string;
   lockerUid: string | null;
+}
+
+const COLS = '(uid, shipment_uid, tenant_uid, pup_uid, locker_uid, usage, type, value, valid, shared, created_at, invalidated_at)';
+const rowParams = (o: CodeOwner, usage: string, type: 'Code' | 'Qr', value: string, now: string) => [newUid(), o.shipmentUid, o.tenantUid, o.pupUid, o.lockerUid, usage, type, value, 1, 0, now, null];
+// ON CONFLICT names the partial unique index by its columns and predicate (both engines).
+const INSERT_PIN = `INSERT INTO access_codes ${COLS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING`;
+const INSERT_3 = `INSERT INTO access_codes ${COLS} VALUES ${Array.from({ length: 3 }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`;
+const INSERT_2 = `INSERT INTO access_codes ${COLS} VALUES ${Array.from({ length: 2 }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`;
+
+/** Inserts a PIN unique among the valid PINs of the PUP (retrying on a collision). */
+async function insertPin(trx: Trx, engine: Engine, o: CodeOwner, usage: 'DropOff' | 'PickUp', now: string): Promise<string> {
+  for (let attempt = 0; ; attempt++) {
+    const pin = newPin();
+    const res = await rawQuery(trx, engine, INSERT_PIN, rowParams(o, usage, 'Code', pin, now));
+    if (Number(res.numAffectedRows ?? 0) === 1) return pin;
+    if (attempt > 50) throw new Error('could not find a free PIN at this pick up point');
+  }
+}
+
+/** A new shipment's codes: PIN + Qr for each usage given, and a LinkCode (Qr values in one insert). */
+export async function insertNewShipmentCodes(trx: Trx, engine: Engine, o: CodeOwner, usages: ('DropOff' | 'PickUp')[], now: string): Promise<void> {
+  for (const u of usages) await insertPin(trx, engine, o, u, now);
+  const rows = [...usages.map((u) => rowParams(o, u, 'Qr', newQr(), now)), rowParams(o, 'LinkCode', 'Qr', newQr(), now)];
+  await rawQuery(trx, engine, rows.length === 3 ? INSERT_3 : INSERT_2, rows.flat());
 }
 
 /** Inserts a fresh PIN + Qr pair for a usage (DropOff or PickUp). */

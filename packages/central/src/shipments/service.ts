@@ -11,9 +11,10 @@ import { newUid, toDbTime } from '../ids';
 import { canManageAccount } from '../accounts/access';
 import { enqueueShipmentStatus } from '../callbacks/outbox';
 import { bookLocker, fits, releaseLocker, transferLocker, type BookRequest, type Dim } from './booking';
-import { copyCodes, insertCodePair, insertLinkCode, invalidateCodes, type CodeOwner } from './codes';
+import { copyCodes, insertCodePair, insertLinkCode, insertNewShipmentCodes, invalidateCodes, type CodeOwner } from './codes';
 import { initial, transition, type Input, type MachineState } from './state-machine';
 import { createTxRunner, type Trx, type TxRunner } from './tx';
+import { rawQuery } from './sqlq';
 import { isActive, type Cause, type Flow, type StateCode, type TypeCode, type WaitKind } from './types';
 
 export type ShipmentRow = Selectable<ShipmentsTable>;
@@ -302,12 +303,25 @@ export class ShipmentService {
       drop_off_deadline: init.effects.some((e) => e.type === 'StartDropOffDeadline') ? this.deadline(now) : null,
       seq: 1,
     };
-    await trx.insertInto('shipments').values(row).execute();
-    await trx.insertInto('shipment_transitions').values({ shipment_uid: uid, seq: 1, tenant_uid: tenant.uid, from_state: null, to_state: row.state_code, cause: 'api', detail: spec.origin, at: now }).execute();
+    const cols = Object.keys(row) as (keyof ShipmentRow)[];
+    await rawQuery(trx, this.ctx.db.engine, `INSERT INTO shipments (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`, cols.map((c) => row[c]));
+    await rawQuery(trx, this.ctx.db.engine, 'INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)', [
+      uid,
+      1,
+      tenant.uid,
+      null,
+      row.state_code,
+      'api',
+      spec.origin,
+      now,
+    ]);
     await this.emit(trx, row, row.state_code, now);
-    await this.assignDropOffCodes(trx, row, now);
-    await insertCodePair(trx, this.owner(row), 'PickUp', now);
-    await insertLinkCode(trx, this.owner(row), now);
+    if (row.wait_kind === 'swap' || row.wait_kind === 'circular') {
+      await this.assignDropOffCodes(trx, row, now);
+      await insertNewShipmentCodes(trx, this.ctx.db.engine, this.owner(row), ['PickUp'], now);
+    } else {
+      await insertNewShipmentCodes(trx, this.ctx.db.engine, this.owner(row), ['DropOff', 'PickUp'], now);
+    }
     return { row, lockerName };
   }
 

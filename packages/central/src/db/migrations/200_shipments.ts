@@ -33,16 +33,12 @@ export async function up(db: Kysely<any>): Promise<void> {
   await idx('shipments_t_type_active_created', ['tenant_uid', 'type_code', 'active', 'created_at']);
   await idx('shipments_t_type_active_updated', ['tenant_uid', 'type_code', 'active', 'updated_at']);
   await idx('shipments_t_state_created', ['tenant_uid', 'state_code', 'created_at']);
-  await idx('shipments_t_created', ['tenant_uid', 'created_at']);
-  await idx('shipments_t_updated', ['tenant_uid', 'updated_at']);
   await idx('shipments_t_pup_created', ['tenant_uid', 'pup_uid', 'created_at']);
   await idx('shipments_t_from', ['tenant_uid', 'from_user_uid']);
   await idx('shipments_t_to', ['tenant_uid', 'to_user_uid']);
   await idx('shipments_deadline', ['state_code', 'drop_off_deadline']);
   await idx('shipments_waits_on', ['waits_on_uid']);
   await idx('shipments_swaps', ['swaps_shipment_uid']);
-  await idx('shipments_prior', ['prior_shipment_uid']);
-  await idx('shipments_locker', ['locker_uid', 'active']);
 
   await db.schema
     .createTable('shipment_transitions')
