@@ -8,7 +8,7 @@ import type { TestProject } from 'vitest/node';
 export const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const MQTT_URL = process.env.LOCKER_TEST_MQTT_URL ?? 'mqtt://127.0.0.1:1883';
 
-function reachable(host: string, port: number, timeoutMs = 1500): Promise<boolean> {
+function reachableOnce(host: string, port: number, timeoutMs: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = net.connect({ host, port });
     const done = (ok: boolean) => {
@@ -21,6 +21,15 @@ function reachable(host: string, port: number, timeoutMs = 1500): Promise<boolea
   });
 }
 
+
+// A loaded machine can be slow to accept: try a few times before calling a service absent.
+async function reachable(host: string, port: number): Promise<boolean> {
+  for (let i = 0; i < 4; i++) {
+    if (await reachableOnce(host, port, 3000)) return true;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  return false;
+}
 
 export default async function setup(project: TestProject) {
   const pg = new URL(PG_URL);

@@ -114,7 +114,13 @@ export async function main(argv: string[]) {
       return;
     case 'check-config': {
       const cfg = config(values.config);
-      const shown = { ...cfg, auth: { ...cfg.auth, tokenSigningKey: cfg.auth.tokenSigningKey ? '[set]' : undefined }, database: { ...cfg.database, url: cfg.database.url.replace(/\/\/([^:@/]+):[^@/]+@/, '//$1:***@') } };
+      const hideUrl = (u: string) => u.replace(/\/\/([^:@/]+):[^@/]+@/, '//$1:***@');
+      const shown = {
+        ...cfg,
+        auth: { ...cfg.auth, tokenSigningKey: cfg.auth.tokenSigningKey ? '[set]' : undefined },
+        database: { ...cfg.database, url: hideUrl(cfg.database.url) },
+        mqtt: { ...cfg.mqtt, url: hideUrl(cfg.mqtt.url), password: cfg.mqtt.password ? '[set]' : undefined },
+      };
       console.log(JSON.stringify(shown, null, 2));
       return;
     }

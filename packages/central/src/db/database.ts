@@ -68,8 +68,29 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
   sqlite.pragma(`synchronous = ${opts.sqliteSynchronous ?? 'FULL'}`);
   sqlite.pragma('busy_timeout = 5000');
   sqlite.pragma('foreign_keys = ON');
-  const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+  const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
   return makeDb(kysely, 'sqlite', { sqlite });
+}
+
+/**
+ * Kysely prepares every query afresh; better-sqlite3 statements are reusable (the driver is
+ * synchronous, so one statement is never in use twice at once). A bounded cache by SQL text saves
+ * the re-prepare on every request.
+ */
+function withStatementCache(sqlite: BetterSqlite3.Database, max = 1000) {
+  const cache = new Map<string, BetterSqlite3.Statement>();
+  return {
+    close: () => sqlite.close(),
+    prepare: (sqlText: string) => {
+      let stmt = cache.get(sqlText);
+      if (!stmt) {
+        stmt = sqlite.prepare(sqlText);
+        if (cache.size >= max) cache.delete(cache.keys().next().value as string);
+        cache.set(sqlText, stmt);
+      }
+      return stmt;
+    },
+  };
 }
 
 function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool }, pgSchema?: string): Db {
