@@ -133,6 +133,7 @@ export class Agent {
       keepaliveSeconds: cfg.mqtt.keepaliveSeconds,
       reconnectMs: cfg.mqtt.reconnectMs,
       connectTimeoutMs: cfg.mqtt.connectTimeoutMs,
+      publishTimeoutMs: cfg.mqtt.publishTimeoutMs,
       store: this.store,
       log: root,
       status: () => this.statusMessage(),

@@ -48,7 +48,7 @@ export const AgentConfigSchema = z
         connectTimeoutMs: z.number().int().positive().default(10_000),
         statusIntervalSeconds: z.number().positive().default(60),
         syncRetrySeconds: z.number().positive().default(30),
-        /** a PUBACK not received within this long: the connection is taken as dead and reopened */
+        /** an event whose PUBACK has not come within this long is published again */
         publishTimeoutMs: z.number().int().positive().default(15_000),
       })
       .strict()

@@ -19,6 +19,8 @@ export interface EdgeLinkOptions {
   keepaliveSeconds: number;
   reconnectMs: number;
   connectTimeoutMs: number;
+  /** no PUBACK for an event within this long: publish it again */
+  publishTimeoutMs: number;
   store: AgentStore;
   log: Logger;
   /** builds the current online status (called on every publish of it) */
@@ -184,7 +186,19 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
       try {
         // resolves on PUBACK; if the connection drops meanwhile, mqtt.js re-sends it after the
         // reconnect and resolves then (still one in flight, so order holds)
-        await client.publishAsync(edgeTopics.up(this.opts.terminalId, 'events'), eventPayload(this.opts.terminalId, row), { qos: 1 });
+        const acked = client.publishAsync(edgeTopics.up(this.opts.terminalId, 'events'), eventPayload(this.opts.terminalId, row), { qos: 1 });
+        let timer: NodeJS.Timeout | undefined;
+        const timedOut = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`no PUBACK within ${this.opts.publishTimeoutMs} ms`)), this.opts.publishTimeoutMs);
+        });
+        try {
+          // a PUBACK that never comes (a connection that died silently) must not stall the
+          // journal: the same event is published again (the central service dedupes by eventId)
+          await Promise.race([acked, timedOut]);
+        } finally {
+          clearTimeout(timer);
+          acked.catch(() => undefined);
+        }
         if (!this.running && !client.connected) return;
         this.opts.store.markSent(row.seq, this.now());
         this.sentCount++;
