@@ -7,7 +7,6 @@
 import { sql, type Transaction } from 'kysely';
 import type { Db } from '../db/database';
 import type { Database } from '../db/schema';
-import { enableStatementCache } from './sqlq';
 
 export type Trx = Transaction<Database>;
 export type TxJob<T> = (trx: Trx) => Promise<T>;
@@ -112,6 +111,5 @@ export class SqliteGroupCommitRunner implements TxRunner {
 }
 
 export function createTxRunner(db: Db): TxRunner {
-  if (db.engine === 'sqlite' && db.sqlite) enableStatementCache(db.sqlite);
   return db.engine === 'sqlite' ? new SqliteGroupCommitRunner(db) : new PgTxRunner(db);
 }
