@@ -1,8 +1,14 @@
-// The quickstart as a user runs it: `npx tsx packages/central/src/cli.ts serve --demo` as a child
-// process (the tsx binary npx resolves, started directly so SIGTERM reaches tsx, which relays it to
-// the service, not npm's wrapper) on a free port (LOCKER_HTTP_PORT=0; the CLI prints the real address), then real HTTP:
-// a token for the demo tenant and GetPickUpPoints. SIGTERM must end it cleanly (exit code 0).
-// Also the CLI's --help and `provision` run twice (the second run changes nothing).
+// The quickstart as the README says it: `npm start` runs demo/start.ts (the central service with
+// the demo site, the simulated lock boards of the Central Station PUP and its terminal agent, all
+// in one process). The test starts that command (the tsx binary npm resolves, started directly so
+// SIGTERM reaches tsx, which relays it, not npm's wrapper) on free ports with its data in a temp
+// dir, parses the printed addresses, then over real HTTP: a token, GetPickUpPoints, the terminal's
+// diagnostics page, and a whole drop-off: CreateAccount, CreateLocalShipment, the DropOff PIN from
+// GetShipmentAccessConfig typed at the simulator's command line on the child's stdin (`pin`), the
+// item put in and the door shut (`put`, `close`), GetShipments until ReadyForPickup. SIGTERM must
+// end it cleanly (exit code 0).
+// Also `locker-central serve --demo` (the central service alone) the same way, the CLI's --help
+// and `provision` run twice (the second run changes nothing).
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -18,7 +24,8 @@ const BIN = path.join(ROOT, 'packages/central/bin/locker-central.js');
 const DEMO_FILE = path.join(ROOT, 'packages/central/provisioning/demo-site.yaml');
 const demo = parseYaml(fs.readFileSync(DEMO_FILE, 'utf8')) as {
   tenants: { clientId: string; clientSecret: string; pickupPoints: string[] }[];
-  pickupPoints: { uid: string; name: string }[];
+  pickupPoints: { uid: string; name: string; lockers: { name: string; bus: string; boardAddress: number; lockNumber: number }[] }[];
+  terminals: { id: string; pupUid: string }[];
 };
 
 /** The environment without any LOCKER_* variable of the test runner, plus the given ones. */
@@ -62,7 +69,168 @@ afterAll(() => {
   fs.rmSync(tmp, { recursive: true, force: true });
 });
 
-describe('quickstart: serve --demo as a child process', () => {
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function waitFor<T>(fn: () => Promise<T | null | undefined | false>, what: string, ms = 20_000): Promise<T> {
+  const start = Date.now();
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+    await sleep(100);
+  }
+}
+
+describe('quickstart: npm start (demo/start.ts) runs the whole system', () => {
+  const START = (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
+  const terminal = demo.terminals.find((t) => t.id === 'term-ams-cs-01')!;
+  const pup = demo.pickupPoints.find((p) => p.uid === terminal.pupUid)!;
+  const tenant = demo.tenants.find((t) => t.pickupPoints.includes(pup.uid))!;
+  let child: ChildProcess | undefined;
+  let out = '';
+  let err = '';
+  let exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  let base: string;
+  let diag: string;
+  let token: string;
+
+  afterAll(() => {
+    if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+
+  const api = async (route: string, body: unknown) => {
+    const res = await fetch(`${base}${route}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify(body),
+    });
+    const json = (await res.json()) as any;
+    if (res.status !== 200 || json.success !== true) throw new Error(`${route}: ${res.status} ${JSON.stringify(json)}`);
+    return json;
+  };
+  const state = async () => (await (await fetch(`${diag}/api/state`)).json()) as any;
+  const type = (line: string) => child!.stdin!.write(`${line}\n`);
+
+  it('is what the README runs: npm start = tsx demo/start.ts', () => {
+    expect(START).toBe('tsx demo/start.ts');
+    const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    expect(readme).toContain('npm install && npm start');
+  });
+
+  it('starts and prints the API, diagnostics page, credentials and the terminal connected', async () => {
+    const [bin, ...args] = START.split(' ');
+    expect(bin).toBe('tsx');
+    child = spawn(TSX, args, {
+      cwd: ROOT,
+      env: env({ LOCKER_HTTP_PORT: '0', LOCKER_MQTT_PORT: '0', LOCKER_AGENT_DIAGNOSTICS_PORT: '0', LOCKER_DEMO_DATA_DIR: path.join(tmp, 'npm-start') }),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    exited = new Promise((resolve) => child!.on('exit', (code, signal) => resolve({ code, signal })));
+    child.stderr!.on('data', (d) => (err += d));
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`not up within 60 s\nstdout: ${out}\nstderr: ${err}`)), 60_000);
+      child!.stdout!.on('data', (d) => {
+        out += d;
+        if (/API:\s+http/.test(out) && /Diagnostics:\s+http/.test(out) && /terminal\s+connected to the central service/.test(out)) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child!.on('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`exited early with ${code}\nstdout: ${out}\nstderr: ${err}`));
+      });
+    });
+    base = /API:\s+(http:\/\/\S+?)\/v1\//.exec(out)![1]!;
+    diag = /Diagnostics:\s+(http:\/\/\S+?)\/\s/.exec(out)![1]!;
+    expect(Number(new URL(base).port)).toBeGreaterThan(0);
+    expect(Number(new URL(diag).port)).toBeGreaterThan(0);
+    expect(out).toContain('demo site loaded');
+    expect(out).toContain(`${tenant.clientId} / ${tenant.clientSecret}`);
+    expect(out).toMatch(/technician password: \S{8,}/);
+    expect(out).toMatch(/MQTT:\s+embedded broker mqtt:\/\/127\.0\.0\.1:\d+/);
+    expect(out).toContain(`Terminal ${terminal.id} at "${pup.name}"`);
+  }, 90_000);
+
+  it('answers a token request and GetPickUpPoints over real HTTP', async () => {
+    const tokRes = await fetch(`${base}/connect/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: tenant.clientId, client_secret: tenant.clientSecret, scope: 'integration_api' }),
+    });
+    expect(tokRes.status).toBe(200);
+    token = ((await tokRes.json()) as { access_token: string }).access_token;
+    const body = await api('/v1/PickupPoints/GetPickUpPoints', { pageNo: 1, pageSize: 50 });
+    expect((body.items as { pupUid: string }[]).map((i) => i.pupUid).sort()).toEqual([...tenant.pickupPoints].sort());
+  }, 30_000);
+
+  it("the terminal's diagnostics page shows the simulated boards online and the link up", async () => {
+    const home = await fetch(`${diag}/`);
+    expect(home.status).toBe(200);
+    expect(home.headers.get('content-type')).toMatch(/text\/html/);
+    const s = await waitFor(async () => {
+      const s = await state();
+      return s.mqtt.connected && s.buses[0]?.boards.every((b: any) => b.online === true) ? s : null;
+    }, 'boards online');
+    expect(s.terminalId).toBe(terminal.id);
+    const boards = [...new Set(pup.lockers.map((l) => l.boardAddress))].sort();
+    expect(s.buses.map((b: any) => [b.name, b.dialect, b.boards.map((x: any) => x.address)])).toEqual([['bus0', 'kerong-cu16', boards]]);
+  }, 30_000);
+
+  it('a shipment created through the API is dropped off at the simulated locker: pin, put, close -> ReadyForPickup', async () => {
+    const account = await api('/v1/Account/CreateAccount', { emailAddress: 'quickstart@example.test', firstName: 'Quick', lastName: 'Start', pickUpPointUid: pup.uid });
+    const created = await api('/v1/Logistics/CreateLocalShipment', {
+      ToUserUid: account.userUid,
+      PupUid: pup.uid,
+      Dimension: { width: 30, height: 10, length: 40 },
+      AllowLargerLockers: true,
+      AllowOverflowLockers: false,
+      LockerUid: null,
+    });
+    const uid = created.shipmentUid as string;
+    const shipment = async () => (await api('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 1, shipmentUid: uid })).items[0];
+    const s0 = await shipment();
+    expect(s0.stateCode).toBe('ReadyForDropoff');
+    const locker = pup.lockers.find((l) => l.name === s0.bookedLockerName)!;
+    expect(locker).toBeDefined();
+    const codes = (await api('/v1/Logistics/GetShipmentAccessConfig', { shipmentUid: uid })).items as { usage: string; type: string; value: string }[];
+    const pin = codes.find((c) => c.usage === 'DropOff' && c.type === 'Code')?.value;
+    expect(pin).toMatch(/^\d+$/);
+
+    // the codes reach the terminal by themselves (edge sync over the embedded broker)
+    await waitFor(async () => (await state()).codes.count > 0, 'codes at the terminal');
+    const door = async () => (await state()).buses[0].boards.find((b: any) => b.address === locker.boardAddress).locks[locker.lockNumber - 1].door;
+    expect(await door()).toBe('closed');
+
+    type(`pin ${pin}`);
+    await waitFor(async () => (await door()) === 'open', `the terminal opens ${locker.name}`);
+    type(`put ${locker.boardAddress} ${locker.lockNumber}`);
+    type(`close ${locker.boardAddress} ${locker.lockNumber}`);
+    const s1 = await waitFor(async () => {
+      const s = await shipment();
+      return s.stateCode === 'ReadyForPickup' ? s : null;
+    }, 'ReadyForPickup');
+    expect(s1.bookedLockerName).toBe(locker.name);
+    // the console shows it happen
+    await waitFor(async () => out.includes(`${uid}: ReadyForDropoff -> ReadyForPickup (door)`), 'the feed line');
+    expect(out).toContain(`code accepted (keypad) ${locker.name}`);
+  }, 60_000);
+
+  it('exits cleanly (code 0) on SIGTERM', async () => {
+    child!.kill('SIGTERM');
+    const { code, signal } = await exited;
+    expect({ code, signal }).toEqual({ code: 0, signal: null });
+    expect(err).not.toMatch(/Error|unhandled/i);
+    expect(out).toContain('stopped');
+  }, 30_000);
+});
+
+describe('locker-central serve --demo as a child process', () => {
   let child: ChildProcess | undefined;
   let out = '';
   let err = '';
