@@ -230,6 +230,41 @@ describe('quickstart: npm start (demo/start.ts) runs the whole system', () => {
   }, 30_000);
 });
 
+describe('quickstart: npm start without socat', () => {
+  it('runs without a simulated scanner and hands `pin` to the terminal agent directly', async () => {
+    const START = (JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> }).scripts.start!;
+    const child = spawn(TSX, START.split(' ').slice(1), {
+      cwd: ROOT,
+      env: env({
+        LOCKER_SIM_SOCAT: path.join(tmp, 'no-such-socat'),
+        LOCKER_HTTP_PORT: '0',
+        LOCKER_MQTT_PORT: '0',
+        LOCKER_AGENT_DIAGNOSTICS_PORT: '0',
+        LOCKER_DEMO_DATA_DIR: path.join(tmp, 'no-socat'),
+      }),
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    try {
+      await waitFor(async () => /terminal\s+connected to the central service/.test(out), 'the terminal connected', 60_000).catch((e) => {
+        throw new Error(`${(e as Error).message}\nstdout: ${out}\nstderr: ${err}`);
+      });
+      expect(out).toMatch(/Scanner:\s+none \(no socat: SIM_SOCAT_MISSING\)/);
+      child.stdin.write('pin 123456\n');
+      await waitFor(async () => out.includes('code refused (keypad): UNKNOWN_CODE'), 'the agent refuses the unknown PIN');
+      child.kill('SIGTERM');
+      expect(await exited).toEqual({ code: 0, signal: null });
+      expect(err).not.toMatch(/Error|unhandled/i);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  }, 90_000);
+});
+
 describe('locker-central serve --demo as a child process', () => {
   let child: ChildProcess | undefined;
   let out = '';
