@@ -4,6 +4,7 @@
 // happens at the terminal and to shipments as it happens, and reads simulator commands on stdin
 // (`pin <code>`, `scan <code>`, `put 0 1`, `close 0 1`, ...). Ctrl-C / SIGTERM stop everything
 // (exit code 0). When stdin is not a terminal and ends, it keeps running until a signal.
+import fs from 'node:fs';
 import path from 'node:path';
 import readline from 'node:readline';
 import { HELP as SIM_HELP, runCommand, SimError, type CommandContext } from '@locker/firmware-sim';
@@ -178,6 +179,33 @@ function startFeed(d: DemoSystem, print: (s: string) => void): () => void {
   return () => clearInterval(timer);
 }
 
+/**
+ * Under `npm start` the chain is npm -> sh -> tsx -> this process. A SIGTERM to npm reaches only
+ * sh, and sh (dash) dies without passing it on, which would leave the demo running on its own. So,
+ * when started by npm on Linux, watch tsx's parent and stop when it is gone.
+ */
+function watchNpm(onGone: () => void): void {
+  if (!process.env.npm_lifecycle_event || process.platform !== 'linux') return;
+  const parentOf = (pid: number): number | null => {
+    try {
+      // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may contain spaces and parentheses
+      return Number(fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^[\s\S]*\) /, '').split(' ')[1]);
+    } catch {
+      return null;
+    }
+  };
+  const launcher = process.ppid;
+  const first = parentOf(launcher);
+  if (first === null) return;
+  const timer = setInterval(() => {
+    if (parentOf(launcher) !== first) {
+      clearInterval(timer);
+      onGone();
+    }
+  }, 1000);
+  timer.unref();
+}
+
 async function main(): Promise<void> {
   let demo: DemoSystem;
   try {
@@ -220,6 +248,7 @@ async function main(): Promise<void> {
   };
   process.once('SIGINT', () => void shutdown('SIGINT'));
   process.once('SIGTERM', () => void shutdown('SIGTERM'));
+  watchNpm(() => void shutdown('npm stopped'));
 
   const ctx: CommandContext = { sim: d.sim, bus: d.sim.busNames()[0] ?? '', frames: false, quit: false };
   d.sim.on('frame', (e) => {
