@@ -39,6 +39,15 @@ async function main(): Promise<number> {
     return 1;
   }
 
+  // Signal handlers first: whoever reads the paths below may stop us right away.
+  let stopping: Promise<void> | null = null;
+  const shutdown = (code: number) => {
+    stopping ??= sim.stop().finally(() => process.exit(code));
+    return stopping;
+  };
+  process.once('SIGINT', () => void shutdown(130));
+  process.once('SIGTERM', () => void shutdown(143));
+
   for (const name of sim.busNames()) {
     const b = sim.bus(name);
     const where = b.path ?? `tcp://127.0.0.1:${b.tcpPort}`;
@@ -52,13 +61,6 @@ async function main(): Promise<number> {
   }
   console.log('ready; type "help" for commands');
 
-  let stopping: Promise<void> | null = null;
-  const shutdown = (code: number) => {
-    stopping ??= sim.stop().finally(() => process.exit(code));
-    return stopping;
-  };
-  process.once('SIGINT', () => void shutdown(130));
-  process.once('SIGTERM', () => void shutdown(143));
 
   if (!cfg.repl) return new Promise<number>(() => undefined);
 

@@ -58,9 +58,10 @@ describe('locker-lockbus CLI', () => {
   it('garbled answers are flagged as a possible duplicate address', async () => {
     const cu = sim.bus('cu');
     cu.faults.set({ badChecksum: true });
-    const { code, text } = await run(['scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '2', '--timeout', '100']);
+    // a generous reply timeout: on a loaded machine a short one turns late answers into NO_REPLY
+    const { code, text } = await run(['scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '2', '--timeout', '600']);
     expect(code).toBe(0);
-    expect(text).toContain('board  2: GARBLED (BAD_CHECKSUM BAD_CHECKSUM BAD_CHECKSUM)');
+    expect(text).toMatch(/board {2}2: GARBLED \(BAD_CHECKSUM/);
     expect(text).toContain('same address');
   });
 
