@@ -22,8 +22,10 @@ function banner(d: DemoSystem): string {
   const boardsOf = (bus: string) => [...new Set(d.locks.filter((l) => l.bus === bus).map((l) => l.board))].join(',');
   const busLines = d.sim.busNames().map((b) => `simulated kerong-cu16 ${b}, boards ${boardsOf(b)}, on tcp://127.0.0.1:${d.sim.bus(b).tcpPort}`);
   const last = d.locks[d.locks.length - 1];
-  const json = (o: object) => `'${JSON.stringify(o)}'`;
+  // Shell lines that can be pasted one after another: each keeps what the next one needs in a variable.
+  const json = (o: object) => `'${JSON.stringify(o).replace(/\$(\w+)/g, `'"$$$1"'`)}'`;
   const curl = (route: string, body: object) => `curl -s -H "authorization: Bearer $TOKEN" -H 'content-type: application/json' -d ${json(body)} ${api}${route}`;
+  const grab = (field: string) => `| tee /dev/stderr | sed -E 's/.*"${field}":"([^"]+)".*/\\1/'); echo`;
   const lines = [
     '',
     `  Locker platform demo is running (${d.config.environment}, ${/^postgres/i.test(db) ? 'PostgreSQL' : `SQLite ${rel(db)}`})`,
@@ -49,16 +51,14 @@ function banner(d: DemoSystem): string {
       : [`    not running: ${d.agentMissing}`]),
     `  Logs:           ${rel(d.logFile)}`,
     '',
-    '  Try it from another shell:',
+    '  Try it from another shell (bash; paste the lines in order):',
     `    TOKEN=$(curl -s -d grant_type=client_credentials -d client_id=${t.clientId} -d client_secret=${t.clientSecret} -d scope=integration_api ${api}/connect/token | sed -E 's/.*"access_token":"([^"]+)".*/\\1/')`,
-    `    ${curl('/v1/Account/CreateAccount', { emailAddress: 'ann@example.com', firstName: 'Ann', lastName: 'Example', pickUpPointUid: pupUid })}`,
-    '        -> userUid',
-    `    ${curl('/v1/Logistics/CreateLocalShipment', { toUserUid: 'USER_UID', pupUid, dimension: { width: 30, height: 10, length: 40 }, allowLargerLockers: true, allowOverflowLockers: false })}`,
-    '        -> shipmentUid, lockerName',
-    `    ${curl('/v1/Logistics/GetShipmentAccessConfig', { shipmentUid: 'SHIPMENT_UID' })}`,
+    `    USER_UID=$(${curl('/v1/Account/CreateOrGetAccount', { emailAddress: 'ann@example.com', firstName: 'Ann', lastName: 'Example', pickUpPointUid: pupUid })} ${grab('userUid')}`,
+    `    SHIPMENT_UID=$(${curl('/v1/Logistics/CreateLocalShipment', { toUserUid: '$USER_UID', pupUid, dimension: { width: 30, height: 10, length: 40 }, allowLargerLockers: true, allowOverflowLockers: false })} ${grab('shipmentUid')}`,
+    `    ${curl('/v1/Logistics/GetShipmentAccessConfig', { shipmentUid: '$SHIPMENT_UID' })}; echo`,
     '        -> the DropOff and PickUp codes (type Code = keypad PIN, Qr = scanner)',
-    `    ${curl('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 10 })}`,
-    '        -> stateCode: ReadyForDropoff, ReadyForPickup, PickedUp, ...',
+    `    ${curl('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 1, shipmentUid: '$SHIPMENT_UID' })}; echo`,
+    '        -> stateCode: ReadyForDropoff, then ReadyForPickup, PickedUp (activeShipments: true lists all open ones)',
     '',
     '  Then act at the locker, here (lock numbers as on the boards; the lines below say which door opened):',
     '    pin <DropOff code>     keypad entry (or: scan <DropOff Qr>): the terminal opens the booked locker',
