@@ -1,5 +1,5 @@
-// Read-path throughput of the tenant API over loopback HTTP (autocannon, in a worker thread of this
-// process), as a ratio to a bare fastify JSON route measured in the same run with the same
+// Read-path throughput of the tenant API over loopback HTTP (autocannon, in a separate process:
+// bench/support.ts), as a ratio to a bare fastify JSON route measured in the same run with the same
 // connections and duration:
 //
 // 1. Baseline: a bare fastify POST route that parses a small JSON body and answers a small JSON
@@ -11,11 +11,8 @@
 // Adding an endpoint to the comparison is one line in ENDPOINTS.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import autocannon from 'autocannon';
-import Fastify from 'fastify';
 import pg from 'pg';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
@@ -23,6 +20,7 @@ import { createLogger } from '../packages/central/src/logger';
 import { applyProvisioning, parseProvisioning, readProvisioningFile } from '../packages/central/src/provisioning/apply';
 import { systemClock } from '../packages/central/src/clock';
 import { DEMO_SITE } from '../packages/central/src/cli';
+import { bareBaseline, load as loadRun, reachable, type Load } from './support';
 
 const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DURATION_S = Number(process.env.BENCH_API_SECONDS ?? 5);
@@ -39,41 +37,13 @@ const ENDPOINTS: { name: string; path: string; body: (f: Fixture) => unknown }[]
   { name: 'GetAccount', path: '/v1/Account/GetAccount', body: (f) => ({ userUid: f.mainAccountUid }) },
 ];
 
-function reachable(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect({ host, port });
-    const done = (ok: boolean) => {
-      s.destroy();
-      resolve(ok);
-    };
-    s.setTimeout(1000, () => done(false));
-    s.once('connect', () => done(true));
-    s.once('error', () => done(false));
-  });
+function load(url: string, body: string, headers: Record<string, string>): Promise<Load> {
+  const u = new URL(url);
+  return loadRun({ url: u.origin, connections: CONNECTIONS, duration: DURATION_S, headers: { 'content-type': 'application/json', ...headers }, requests: [{ method: 'POST', path: u.pathname, body }] });
 }
 
-interface Load {
-  rps: number;
-  non2xx: number;
-  errors: number;
-  p50: number;
-  p99: number;
-}
-
-async function load(url: string, body: string, headers: Record<string, string>): Promise<Load> {
-  const r = await autocannon({ url, method: 'POST', body, connections: CONNECTIONS, duration: DURATION_S, headers: { 'content-type': 'application/json', ...headers }, workers: 1 } as autocannon.Options);
-  return { rps: r['2xx'] / (r.duration || DURATION_S), non2xx: r.non2xx, errors: r.errors + r.timeouts, p50: r.latency.p50, p99: r.latency.p99 };
-}
-
-async function baseline(): Promise<Load> {
-  const app = Fastify({ logger: false });
-  app.post('/v1/Bare', async (req) => ({ success: true, error: null, message: null, pageNo: (req.body as { pageNo?: number })?.pageNo ?? null }));
-  const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  try {
-    return await load(`${url}/v1/Bare`, JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }), {});
-  } finally {
-    await app.close();
-  }
+function baseline(): Promise<Load> {
+  return bareBaseline(JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }), { connections: CONNECTIONS, duration: DURATION_S });
 }
 
 interface Row {
@@ -138,7 +108,7 @@ export default async function apiBench(): Promise<{ title: string; markdown: str
   if (pgOk) rows.push(...(await measureEngine('postgres')));
 
   const lines = [
-    `autocannon, ${CONNECTIONS} connections, ${DURATION_S} s per row, load generator in a worker thread of the same process, loopback HTTP. ` +
+    `autocannon, ${CONNECTIONS} connections, ${DURATION_S} s per row, load generator in a separate process (bench/load-child.mjs; the bare route loaded the same way), loopback HTTP. ` +
       'Ratio = requests per second (2xx only) of the endpoint / the bare fastify JSON route in this run.',
     '',
     '| store | endpoint | req/s | ratio to bare route | p50 ms | p99 ms | non-2xx | errors | check |',

@@ -13,11 +13,8 @@
 // lockers are provisioned (many PUPs) that no booking is refused for lack of space.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import autocannon from 'autocannon';
-import Fastify from 'fastify';
 import pg from 'pg';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
@@ -27,6 +24,7 @@ import { newUid, toDbTime } from '../packages/central/src/ids';
 import { shipmentService } from '../packages/central/src/shipments/service';
 import { SqliteGroupCommitRunner } from '../packages/central/src/shipments/tx';
 import type { Db } from '../packages/central/src/db/database';
+import { bareBaseline, load as loadRun, reachable, type Load, type LoadRequest } from './support';
 
 const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DURATION_S = Number(process.env.BENCH_SHIPMENTS_SECONDS ?? 5);
@@ -37,44 +35,14 @@ const PUPS = 500;
 const LOCKERS_PER_PUP = 80;
 const STORED = 100_000;
 
-function reachable(host: string, port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = net.connect({ host, port });
-    const done = (ok: boolean) => {
-      s.destroy();
-      resolve(ok);
-    };
-    s.setTimeout(1000, () => done(false));
-    s.once('connect', () => done(true));
-    s.once('error', () => done(false));
-  });
-}
+// BENCH_SHIPMENTS_ENGINES=sqlite measures one engine only (profiling runs).
+const ENGINES = (process.env.BENCH_SHIPMENTS_ENGINES ?? 'sqlite,postgres').split(',');
 
-interface Load {
-  rps: number;
-  ok: number;
-  non2xx: number;
-  errors: number;
-  p50: number;
-  p99: number;
-}
-
-async function load(url: string, requests: autocannon.Request[], headers: Record<string, string>): Promise<Load> {
-  const r = await autocannon({ url, connections: CONNECTIONS, duration: DURATION_S, headers, requests, workers: 1 } as autocannon.Options);
-  const ok = r['2xx'];
-  return { rps: ok / (r.duration || DURATION_S), ok, non2xx: r.non2xx, errors: r.errors + r.timeouts, p50: r.latency.p50, p99: r.latency.p99 };
-}
+const load = (url: string, requests: LoadRequest[], headers: Record<string, string>): Promise<Load> => loadRun({ url, connections: CONNECTIONS, duration: DURATION_S, headers, requests });
 
 async function baseline(): Promise<Load> {
-  const app = Fastify({ logger: false });
-  app.post('/v1/Bare', async (req) => ({ success: true, error: null, message: null, echo: (req.body as any)?.PupUid ?? null }));
-  const url = await app.listen({ host: '127.0.0.1', port: 0 });
-  try {
-    const body = JSON.stringify({ PupUid: 'p', Dimension: { width: 10, height: 10, length: 10 }, AllowLargerLockers: true, AllowOverflowLockers: false });
-    return await load(url, [{ method: 'POST', path: '/v1/Bare', body }], { 'content-type': 'application/json' });
-  } finally {
-    await app.close();
-  }
+  const body = JSON.stringify({ PupUid: 'p', Dimension: { width: 10, height: 10, length: 10 }, AllowLargerLockers: true, AllowOverflowLockers: false });
+  return bareBaseline(body, { connections: CONNECTIONS, duration: DURATION_S });
 }
 
 async function chunked<T>(rows: T[], size: number, fn: (chunk: T[]) => Promise<unknown>) {
@@ -82,7 +50,7 @@ async function chunked<T>(rows: T[], size: number, fn: (chunk: T[]) => Promise<u
 }
 
 /** PUPs with lockers, linked to the tenant; a user linked to the first PUP. */
-async function provision(db: Db, now: string, tenantUid: string): Promise<{ pups: string[]; user: string }> {
+export async function provision(db: Db, now: string, tenantUid: string): Promise<{ pups: string[]; user: string }> {
   const k = db.kysely;
   const pups = Array.from({ length: PUPS }, (_, i) => `bench${String(i).padStart(27, '0')}`);
   await k.transaction().execute(async (trx) => {
@@ -116,7 +84,7 @@ async function provision(db: Db, now: string, tenantUid: string): Promise<{ pups
 }
 
 /** Fills the store up to STORED shipments of the tenant (synthetic rows, as the API would write them). */
-async function fill(db: Db, tenantUid: string, pups: string[], user: string): Promise<void> {
+export async function fill(db: Db, tenantUid: string, pups: string[], user: string): Promise<void> {
   const k = db.kysely;
   const have = Number((await k.selectFrom('shipments').select((eb) => eb.fn.countAll<number>().as('n')).where('tenant_uid', '=', tenantUid).executeTakeFirst())?.n ?? 0);
   const base = Date.parse('2025-01-01T00:00:00Z');
@@ -246,14 +214,14 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
 export default async function (): Promise<{ title: string; markdown: string }> {
   const load0 = os.loadavg()[0]!.toFixed(1);
   const results: EngineResult[] = [];
-  results.push(await runEngine('sqlite'));
+  if (ENGINES.includes('sqlite')) results.push(await runEngine('sqlite'));
   const u = new URL(PG_URL);
-  const pgOk = await reachable(u.hostname, Number(u.port || 5432));
+  const pgOk = ENGINES.includes('postgres') && (await reachable(u.hostname, Number(u.port || 5432)));
   if (pgOk) results.push(await runEngine('postgres'));
   const f = (n: number) => Math.round(n).toLocaleString('en');
   const r = (a: number, b: number) => (a / b).toFixed(2);
   const lines = [
-    `${DURATION_S} s per run, ${CONNECTIONS} connections, autocannon in a worker thread over loopback; ${PUPS} PUPs x ${LOCKERS_PER_PUP} lockers; load average ${load0} at start (${os.cpus().length} cores).`,
+    `${DURATION_S} s per run, ${CONNECTIONS} connections, autocannon in a separate process (bench/load-child.mjs) over loopback, the bare route loaded the same way; ${PUPS} PUPs x ${LOCKERS_PER_PUP} lockers; load average ${load0} at start (${os.cpus().length} cores).`,
     '',
     '| engine | bare route req/s | CreateLocalShipment req/s | ratio | p50 / p99 ms | GetShipments (100 of 100k) req/s | ratio | p50 / p99 ms | double-booked lockers | non-2xx |',
     '|---|---|---|---|---|---|---|---|---|---|',
@@ -263,7 +231,7 @@ export default async function (): Promise<{ title: string; markdown: string }> {
     ),
     '',
     ...results.map((x) => `- ${x.engine}: ${x.note}`),
-    ...(pgOk ? [] : ['- postgres: SKIPPED (not reachable)']),
+    ...(pgOk || !ENGINES.includes('postgres') ? [] : ['- postgres: SKIPPED (not reachable)']),
     '',
     'Goal: booking on SQLite at no less than a third of the bare route (ratio >= 0.33), every acknowledged booking durable.',
   ];
