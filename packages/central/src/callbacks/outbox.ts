@@ -56,13 +56,21 @@ export function onOutboxEnqueued(fn: () => void): () => void {
   return () => wakers.delete(fn);
 }
 
-export async function enqueueShipmentStatus(trx: Transaction<Database> | Kysely<Database>, ev: ShipmentStatusEvent, now: string): Promise<EnqueuedEvent> {
-  const last = await trx
-    .selectFrom('callback_outbox')
-    .select((eb) => eb.fn.max('sequence').as('m'))
-    .where('shipment_uid', '=', ev.shipmentUid)
-    .executeTakeFirst();
-  const sequence = Number(last?.m ?? 0) + 1;
+/**
+ * `opts.sequence`: the caller already knows the event's sequence (a shipment created in this
+ * transaction has none queued yet: 1), which saves the MAX(sequence) query; the unique
+ * (shipment_uid, sequence) constraint still rejects a wrong one.
+ */
+export async function enqueueShipmentStatus(trx: Transaction<Database> | Kysely<Database>, ev: ShipmentStatusEvent, now: string, opts: { sequence?: number } = {}): Promise<EnqueuedEvent> {
+  let sequence = opts.sequence;
+  if (sequence === undefined) {
+    const last = await trx
+      .selectFrom('callback_outbox')
+      .select((eb) => eb.fn.max('sequence').as('m'))
+      .where('shipment_uid', '=', ev.shipmentUid)
+      .executeTakeFirst();
+    sequence = Number(last?.m ?? 0) + 1;
+  }
   const eventId = newUid();
   const reg = await loadCallbackRegistration(trx, ev.tenantUid);
   const status = reg?.url ? 'pending' : 'skipped';

@@ -6,7 +6,7 @@
 import { sql } from 'kysely';
 import { ApiError } from '../errors';
 import type { TenantPrincipal } from '../context';
-import type { Engine } from '../db/database';
+import type { Db } from '../db/database';
 import type { Trx } from './tx';
 import { rawQuery } from './sqlq';
 
@@ -62,13 +62,13 @@ export interface Booked {
 }
 
 /** Takes one locker if it is still free; true when this call took it. */
-export async function takeLocker(trx: Trx, engine: Engine, lockerUid: string, shipmentUid: string, now: string): Promise<boolean> {
-  if (engine === 'postgres') {
+export async function takeLocker(trx: Trx, db: Db, lockerUid: string, shipmentUid: string, now: string): Promise<boolean> {
+  if (db.engine === 'postgres') {
     const locked = await sql<{ uid: string }>`SELECT uid FROM lockers WHERE uid = ${lockerUid} AND booked_shipment_uid IS NULL AND active = 1 FOR UPDATE SKIP LOCKED`.execute(trx);
     if (locked.rows.length === 0) return false;
   }
-  const res = await rawQuery(trx, engine, 'UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = ? AND booked_shipment_uid IS NULL AND active = 1', [shipmentUid, now, lockerUid]);
-  return Number(res.numAffectedRows ?? 0) === 1;
+  const res = await rawQuery(trx, db, 'UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = ? AND booked_shipment_uid IS NULL AND active = 1', [shipmentUid, now, lockerUid]);
+  return res.numAffectedRows === 1;
 }
 
 /** Frees a locker held by this shipment (no-op when another holds it). */
@@ -87,10 +87,10 @@ const noLocker = (msg: string) => new ApiError('NoLockerAvailable', msg);
 const COLS = 'uid, name, width, height, length, type_code, booked_shipment_uid';
 const FIRST = 16;
 
-async function bookAt(trx: Trx, engine: Engine, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
+async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
   const tryAll = async (lockers: LockerCandidate[]) => {
     for (const c of chooseCandidates(lockers, req.dimension, req.allowLarger)) {
-      if (await takeLocker(trx, engine, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
+      if (await takeLocker(trx, db, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
     }
     return null;
   };
@@ -98,41 +98,41 @@ async function bookAt(trx: Trx, engine: Engine, pupUid: string, req: BookRequest
     // Only free lockers matter. Fetch the first few in candidate order (a locker smaller in
     // volume than the package cannot fit); the whole PUP only when none of those fits.
     const d = req.dimension;
-    const name = engine === 'postgres' ? 'name COLLATE "C"' : 'name';
+    const name = db.engine === 'postgres' ? 'name COLLATE "C"' : 'name';
     const first = (
       await rawQuery<LockerCandidate>(
         trx,
-        engine,
+        db,
         `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, ${name} LIMIT ${FIRST}`,
         [pupUid, d.width * d.height * d.length],
       )
     ).rows;
     const got = await tryAll(first);
     if (got || first.length < FIRST) return got;
-    return tryAll((await rawQuery<LockerCandidate>(trx, engine, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL`, [pupUid])).rows);
+    return tryAll((await rawQuery<LockerCandidate>(trx, db, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL`, [pupUid])).rows);
   }
   // The smallest fitting size is decided over all lockers, booked or not.
-  return tryAll((await rawQuery<LockerCandidate>(trx, engine, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1`, [pupUid])).rows);
+  return tryAll((await rawQuery<LockerCandidate>(trx, db, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1`, [pupUid])).rows);
 }
 
 /** Books a locker for a new shipment or throws NoLockerAvailable / InvalidPupUid / InvalidRequest. */
-export async function bookLocker(trx: Trx, engine: Engine, tenant: TenantPrincipal, req: BookRequest, shipmentUid: string, now: string): Promise<Booked> {
+export async function bookLocker(trx: Trx, db: Db, tenant: TenantPrincipal, req: BookRequest, shipmentUid: string, now: string): Promise<Booked> {
   if (!tenant.pupUids.has(req.pupUid)) throw new ApiError('InvalidPupUid', `PupUid ${req.pupUid} is not a pick up point of this client`);
   if (req.lockerUid) {
     const l = await trx.selectFrom('lockers').select(['uid', 'name', 'pup_uid', 'width', 'height', 'length', 'active']).where('uid', '=', req.lockerUid).executeTakeFirst();
     if (!l || l.pup_uid !== req.pupUid) throw new ApiError('InvalidRequest', `LockerUid: ${req.lockerUid} is not a locker of pick up point ${req.pupUid}`);
     if (!l.active) throw noLocker(`locker ${l.name} is out of service`);
     if (!fits(req.dimension, l)) throw noLocker(`the package does not fit locker ${l.name}`);
-    if (!(await takeLocker(trx, engine, l.uid, shipmentUid, now))) throw noLocker(`locker ${l.name} is already booked`);
+    if (!(await takeLocker(trx, db, l.uid, shipmentUid, now))) throw noLocker(`locker ${l.name} is already booked`);
     return { pupUid: req.pupUid, lockerUid: l.uid, lockerName: l.name };
   }
-  const here = await bookAt(trx, engine, req.pupUid, req, shipmentUid, now);
+  const here = await bookAt(trx, db, req.pupUid, req, shipmentUid, now);
   if (here) return here;
   if (req.allowOverflow) {
     const pup = await trx.selectFrom('pups').select('overflow_pup_uid').where('uid', '=', req.pupUid).executeTakeFirst();
     const overflow = pup?.overflow_pup_uid;
     if (overflow && tenant.pupUids.has(overflow)) {
-      const there = await bookAt(trx, engine, overflow, req, shipmentUid, now);
+      const there = await bookAt(trx, db, overflow, req, shipmentUid, now);
       if (there) return there;
       throw noLocker(`no fitting locker is free at pick up point ${req.pupUid} nor at its overflow pick up point ${overflow}`);
     }

@@ -2,17 +2,25 @@
 // LinkCode Qr values (the newest valid). PINs are unique among the valid codes of one pick up
 // point (a partial unique index; an insert that collides is retried with a new PIN). Qr values
 // carry 144 random bits. The table is what a terminal needs to validate codes offline.
-import crypto from 'node:crypto';
 import { sql } from 'kysely';
-import { newUid } from '../ids';
+import { newSeqUid as newUid, randomBytes } from './uid';
 import type { Trx } from './tx';
-import type { Engine } from '../db/database';
+import type { Db } from '../db/database';
 import { rawQuery } from './sqlq';
 
 export const PIN_DIGITS = 6;
 
-export const newPin = (): string => String(crypto.randomInt(0, 10 ** PIN_DIGITS)).padStart(PIN_DIGITS, '0');
-export const newQr = (): string => crypto.randomBytes(18).toString('base64url');
+const PIN_RANGE = 10 ** PIN_DIGITS;
+const PIN_LIMIT = Math.floor(2 ** 32 / PIN_RANGE) * PIN_RANGE;
+
+/** A uniform random PIN (rejection sampling over 32 random bits, from the pooled CSPRNG). */
+export const newPin = (): string => {
+  for (;;) {
+    const v = randomBytes(4).readUInt32BE(0);
+    if (v < PIN_LIMIT) return String(v % PIN_RANGE).padStart(PIN_DIGITS, '0');
+  }
+};
+export const newQr = (): string => randomBytes(18).toString('base64url');
 
 export interface CodeOwner {
   shipmentUid: string;
@@ -22,27 +30,32 @@ export interface CodeOwner {
 }
 
 const COLS = '(uid, shipment_uid, tenant_uid, pup_uid, locker_uid, usage, type, value, valid, shared, created_at, invalidated_at)';
+const ROW = '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)';
 const rowParams = (o: CodeOwner, usage: string, type: 'Code' | 'Qr', value: string, now: string) => [newUid(), o.shipmentUid, o.tenantUid, o.pupUid, o.lockerUid, usage, type, value, 1, 0, now, null];
-// ON CONFLICT names the partial unique index by its columns and predicate (both engines).
-const INSERT_PIN = `INSERT INTO access_codes ${COLS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING`;
-const INSERT_3 = `INSERT INTO access_codes ${COLS} VALUES ${Array.from({ length: 3 }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`;
-const INSERT_2 = `INSERT INTO access_codes ${COLS} VALUES ${Array.from({ length: 2 }, () => '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)').join(', ')}`;
+// ON CONFLICT names the partial unique index by its columns and predicate (both engines): a PIN
+// row that collides with a valid PIN of the PUP is skipped (and retried), the other rows go in.
+const insertRows = (n: number) =>
+  `INSERT INTO access_codes ${COLS} VALUES ${Array.from({ length: n }, () => ROW).join(', ')} ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING RETURNING uid`;
+const INSERT_N = [0, 1, 2, 3, 4, 5].map(insertRows);
 
-/** Inserts a PIN unique among the valid PINs of the PUP (retrying on a collision). */
-async function insertPin(trx: Trx, engine: Engine, o: CodeOwner, usage: 'DropOff' | 'PickUp', now: string): Promise<string> {
-  for (let attempt = 0; ; attempt++) {
-    const pin = newPin();
-    const res = await rawQuery(trx, engine, INSERT_PIN, rowParams(o, usage, 'Code', pin, now));
-    if (Number(res.numAffectedRows ?? 0) === 1) return pin;
+/**
+ * A new shipment's codes in one multi-row INSERT: PIN + Qr for each usage given, and a LinkCode
+ * Qr. A PIN that collides with a valid PIN of the PUP is not inserted (RETURNING tells which);
+ * only those are retried with new PINs.
+ */
+export async function insertNewShipmentCodes(trx: Trx, db: Db, o: CodeOwner, usages: ('DropOff' | 'PickUp')[], now: string): Promise<void> {
+  let pins = usages.map((u) => rowParams(o, u, 'Code', newPin(), now));
+  const rows = [...pins, ...usages.map((u) => rowParams(o, u, 'Qr', newQr(), now)), rowParams(o, 'LinkCode', 'Qr', newQr(), now)];
+  let res = await rawQuery<{ uid: string }>(trx, db, INSERT_N[rows.length]!, rows.flat());
+  for (let attempt = 0; res.rows.length < rows.length; attempt++) {
     if (attempt > 50) throw new Error('could not find a free PIN at this pick up point');
+    const inserted = new Set(res.rows.map((r) => r.uid));
+    const retry = pins.filter((p) => !inserted.has(p[0] as string)).map((p) => rowParams(o, p[5] as string, 'Code', newPin(), now));
+    rows.length = 0;
+    rows.push(...retry);
+    pins = retry;
+    res = await rawQuery<{ uid: string }>(trx, db, INSERT_N[rows.length]!, rows.flat());
   }
-}
-
-/** A new shipment's codes: PIN + Qr for each usage given, and a LinkCode (Qr values in one insert). */
-export async function insertNewShipmentCodes(trx: Trx, engine: Engine, o: CodeOwner, usages: ('DropOff' | 'PickUp')[], now: string): Promise<void> {
-  for (const u of usages) await insertPin(trx, engine, o, u, now);
-  const rows = [...usages.map((u) => rowParams(o, u, 'Qr', newQr(), now)), rowParams(o, 'LinkCode', 'Qr', newQr(), now)];
-  await rawQuery(trx, engine, rows.length === 3 ? INSERT_3 : INSERT_2, rows.flat());
 }
 
 /** Inserts a fresh PIN + Qr pair for a usage (DropOff or PickUp). */

@@ -7,8 +7,8 @@ import type { AppContext, TenantPrincipal } from '../context';
 import type { Logger } from '../logger';
 import type { ShipmentsTable } from '../db/schema-shipments';
 import { ApiError } from '../errors';
-import { newUid, toDbTime } from '../ids';
-import { canManageAccount } from '../accounts/access';
+import { toDbTime } from '../ids';
+import { newSeqUid } from './uid';
 import { enqueueShipmentStatus } from '../callbacks/outbox';
 import { bookLocker, fits, releaseLocker, transferLocker, type BookRequest, type Dim } from './booking';
 import { copyCodes, insertCodePair, insertLinkCode, insertNewShipmentCodes, invalidateCodes, type CodeOwner } from './codes';
@@ -115,14 +115,17 @@ export class ShipmentService {
 
   async checkUser(trx: Trx, tenant: TenantPrincipal, uid: string, field: string): Promise<void> {
     if (uid === tenant.mainAccountUid) return;
-    if (!(await canManageAccount(trx, tenant, uid))) throw new ApiError('InvalidUserUid', `${field}: ${uid} is not an account this client can manage`);
+    // canManageAccount (accounts/access.ts) as one small cached statement: the account's PUP links
+    // (usually one or two) checked against the tenant's set, instead of an IN list of all its PUPs.
+    const links = await rawQuery<{ pup_uid: string }>(trx, this.ctx.db, 'SELECT pup_uid FROM account_pups WHERE account_uid = ?', [uid]);
+    if (!links.rows.some((l) => tenant.pupUids.has(l.pup_uid))) throw new ApiError('InvalidUserUid', `${field}: ${uid} is not an account this client can manage`);
   }
 
   private owner(row: ShipmentRow): CodeOwner {
     return { shipmentUid: row.uid, tenantUid: row.tenant_uid, pupUid: row.pup_uid, lockerUid: row.locker_uid };
   }
 
-  private async emit(trx: Trx, row: ShipmentRow, stateCode: string, now: string): Promise<void> {
+  private async emit(trx: Trx, row: ShipmentRow, stateCode: string, now: string, sequence?: number): Promise<void> {
     await enqueueShipmentStatus(
       trx,
       {
@@ -139,6 +142,7 @@ export class ShipmentService {
         toUserUid: row.to_user_uid,
       },
       now,
+      sequence === undefined ? {} : { sequence },
     );
   }
 
@@ -248,7 +252,7 @@ export class ShipmentService {
   // ---- creating ------------------------------------------------------------------------------
 
   async createIn(trx: Trx, tenant: TenantPrincipal, spec: CreateSpec, now: string): Promise<Created> {
-    const uid = newUid();
+    const uid = newSeqUid();
     let pupUid: string;
     let lockerUid: string | null;
     let lockerName: string | null = null;
@@ -266,7 +270,7 @@ export class ShipmentService {
       }
     } else {
       if (!spec.booking) throw new Error('createIn: booking or waitOn required');
-      const b = await bookLocker(trx, this.ctx.db.engine, tenant, spec.booking, uid, now);
+      const b = await bookLocker(trx, this.ctx.db, tenant, spec.booking, uid, now);
       pupUid = b.pupUid;
       lockerUid = b.lockerUid;
       lockerName = b.lockerName;
@@ -304,8 +308,8 @@ export class ShipmentService {
       seq: 1,
     };
     const cols = Object.keys(row) as (keyof ShipmentRow)[];
-    await rawQuery(trx, this.ctx.db.engine, `INSERT INTO shipments (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`, cols.map((c) => row[c]));
-    await rawQuery(trx, this.ctx.db.engine, 'INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)', [
+    await rawQuery(trx, this.ctx.db, `INSERT INTO shipments (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`, cols.map((c) => row[c]));
+    await rawQuery(trx, this.ctx.db, 'INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)', [
       uid,
       1,
       tenant.uid,
@@ -315,12 +319,12 @@ export class ShipmentService {
       spec.origin,
       now,
     ]);
-    await this.emit(trx, row, row.state_code, now);
+    await this.emit(trx, row, row.state_code, now, 1); // a new shipment: its first event
     if (row.wait_kind === 'swap' || row.wait_kind === 'circular') {
       await this.assignDropOffCodes(trx, row, now);
-      await insertNewShipmentCodes(trx, this.ctx.db.engine, this.owner(row), ['PickUp'], now);
+      await insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), ['PickUp'], now);
     } else {
-      await insertNewShipmentCodes(trx, this.ctx.db.engine, this.owner(row), ['DropOff', 'PickUp'], now);
+      await insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), ['DropOff', 'PickUp'], now);
     }
     return { row, lockerName };
   }
