@@ -56,12 +56,25 @@ export function onOutboxEnqueued(fn: () => void): () => void {
   return () => wakers.delete(fn);
 }
 
+/** Runs portable SQL (`?` placeholders) in the caller's transaction; the booking hot path passes one. */
+export type RawExec = (sqlText: string, params: readonly unknown[]) => Promise<{ rows: unknown[] }>;
+
+const OUTBOX_COLS = ['event_id', 'tenant_uid', 'shipment_uid', 'sequence', 'message_type', 'payload', 'status', 'attempts', 'next_attempt_at', 'lease_until', 'lease_owner', 'last_status', 'last_error', 'created_at', 'delivered_at'] as const;
+const INSERT_OUTBOX = `INSERT INTO callback_outbox (${OUTBOX_COLS.join(', ')}) VALUES (${OUTBOX_COLS.map(() => '?').join(', ')})`;
+
 /**
  * `opts.sequence`: the caller already knows the event's sequence (a shipment created in this
  * transaction has none queued yet: 1), which saves the MAX(sequence) query; the unique
  * (shipment_uid, sequence) constraint still rejects a wrong one.
+ * `opts.exec`: when given, the registration lookup and the insert run as these two fixed SQL
+ * statements through it (prepared once) instead of as Kysely query builders.
  */
-export async function enqueueShipmentStatus(trx: Transaction<Database> | Kysely<Database>, ev: ShipmentStatusEvent, now: string, opts: { sequence?: number } = {}): Promise<EnqueuedEvent> {
+export async function enqueueShipmentStatus(
+  trx: Transaction<Database> | Kysely<Database>,
+  ev: ShipmentStatusEvent,
+  now: string,
+  opts: { sequence?: number; exec?: RawExec } = {},
+): Promise<EnqueuedEvent> {
   let sequence = opts.sequence;
   if (sequence === undefined) {
     const last = await trx
@@ -72,7 +85,9 @@ export async function enqueueShipmentStatus(trx: Transaction<Database> | Kysely<
     sequence = Number(last?.m ?? 0) + 1;
   }
   const eventId = newUid();
-  const reg = await loadCallbackRegistration(trx, ev.tenantUid);
+  const reg = opts.exec
+    ? ((await opts.exec('SELECT url FROM callback_configs WHERE tenant_uid = ?', [ev.tenantUid])).rows[0] as { url: string | null } | undefined)
+    : await loadCallbackRegistration(trx, ev.tenantUid);
   const status = reg?.url ? 'pending' : 'skipped';
   const body: ShipmentStatusMessage = {
     messageType: 'ShipmentStatusUpdate',
@@ -91,26 +106,25 @@ export async function enqueueShipmentStatus(trx: Transaction<Database> | Kysely<
       sequence,
     },
   };
-  await trx
-    .insertInto('callback_outbox')
-    .values({
-      event_id: eventId,
-      tenant_uid: ev.tenantUid,
-      shipment_uid: ev.shipmentUid,
-      sequence,
-      message_type: body.messageType,
-      payload: JSON.stringify(body),
-      status,
-      attempts: 0,
-      next_attempt_at: now,
-      lease_until: null,
-      lease_owner: null,
-      last_status: null,
-      last_error: null,
-      created_at: now,
-      delivered_at: null,
-    })
-    .execute();
+  const row = {
+    event_id: eventId,
+    tenant_uid: ev.tenantUid,
+    shipment_uid: ev.shipmentUid,
+    sequence,
+    message_type: body.messageType,
+    payload: JSON.stringify(body),
+    status,
+    attempts: 0,
+    next_attempt_at: now,
+    lease_until: null,
+    lease_owner: null,
+    last_status: null,
+    last_error: null,
+    created_at: now,
+    delivered_at: null,
+  };
+  if (opts.exec) await opts.exec(INSERT_OUTBOX, OUTBOX_COLS.map((c) => row[c]));
+  else await trx.insertInto('callback_outbox').values(row).execute();
   if (status === 'pending') for (const w of wakers) w();
   return { eventId, sequence, status };
 }

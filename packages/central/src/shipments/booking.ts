@@ -85,7 +85,7 @@ export async function transferLocker(trx: Trx, lockerUid: string, fromUid: strin
 const noLocker = (msg: string) => new ApiError('NoLockerAvailable', msg);
 
 const COLS = 'uid, name, width, height, length, type_code, booked_shipment_uid';
-const FIRST = 16;
+const FIRST = 4;
 
 async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
   const tryAll = async (lockers: LockerCandidate[]) => {

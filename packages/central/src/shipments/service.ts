@@ -142,7 +142,7 @@ export class ShipmentService {
         toUserUid: row.to_user_uid,
       },
       now,
-      sequence === undefined ? {} : { sequence },
+      { ...(sequence === undefined ? {} : { sequence }), exec: (text, params) => rawQuery(trx, this.ctx.db, text, params) },
     );
   }
 

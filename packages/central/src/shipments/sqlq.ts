@@ -47,9 +47,20 @@ export function sqliteStatement(sqlite: BetterSqlite3.Database, text: string): B
   return st;
 }
 
+const TIMES: Map<string, [number, number]> | undefined = process.env.LOCKER_SQL_TIMES ? ((globalThis as { __stmtTimes?: Map<string, [number, number]> }).__stmtTimes = new Map()) : undefined;
+
 export async function rawQuery<R>(trx: Trx, db: Db, text: string, params: readonly unknown[]): Promise<RawResult<R>> {
   if (db.engine === 'sqlite') {
     const st = sqliteStatement(db.sqlite!, text);
+    if (TIMES) {
+      const t0 = performance.now();
+      const r = st.reader ? st.all(...params) : st.run(...params);
+      const e = TIMES.get(text) ?? [0, 0];
+      e[0]++;
+      e[1] += performance.now() - t0;
+      TIMES.set(text, e);
+      return st.reader ? { rows: r as R[], numAffectedRows: 0 } : { rows: [], numAffectedRows: (r as BetterSqlite3.RunResult).changes };
+    }
     if (st.reader) return { rows: st.all(...params) as R[], numAffectedRows: 0 };
     return { rows: [], numAffectedRows: st.run(...params).changes };
   }

@@ -4,6 +4,7 @@ import type { Migration } from 'kysely';
 import * as m001 from './001_foundation';
 import * as m101 from './101_account_suggestions';
 import * as m200 from './200_shipments';
+import * as m201 from './201_booking_candidates';
 import * as m300 from './300_callbacks';
 import * as m400 from './400_edge';
 
@@ -11,6 +12,7 @@ export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
   '101_account_suggestions': m101,
   '200_shipments': m200,
+  '201_booking_candidates': m201,
   '300_callbacks': m300,
   '400_edge': m400,
 };
