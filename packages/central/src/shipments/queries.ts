@@ -1,6 +1,8 @@
 // Read side: the GetShipments family, objects, swaps, access codes, history. Every query is
 // scoped by tenant; the indexes of migration 200 serve each filter and sort.
+import type BetterSqlite3 from 'better-sqlite3';
 import type { Kysely } from 'kysely';
+import { sqliteStatement } from './sqlq';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
 import type { TypeCode } from './types';
@@ -34,7 +36,44 @@ function parseAddress(json: string | null): Record<string, string> | undefined {
   }
 }
 
-export async function listShipments(db: Kysely<Database>, f: ShipmentFilter) {
+/**
+ * Exact totals without re-counting (SQLite): COUNT(*) over tens of thousands of matching rows is
+ * most of a GetShipments call. A total is reused only while the store is provably unchanged: the
+ * key is this connection's total_changes() (every row this process inserted, updated or deleted,
+ * committed or not, counts) plus PRAGMA data_version (changes by any other connection or
+ * process). Any write anywhere drops every cached total.
+ */
+class TotalsCache {
+  private version = '';
+  private readonly totals = new Map<string, number>();
+  constructor(private readonly sqlite: BetterSqlite3.Database) {}
+
+  private currentVersion(): string {
+    const c = sqliteStatement(this.sqlite, 'SELECT total_changes() AS c').get() as { c: number };
+    const d = sqliteStatement(this.sqlite, 'PRAGMA data_version').get() as { data_version: number };
+    return `${c.c}/${d.data_version}`;
+  }
+
+  /** The version to store a total under, read BEFORE counting (a later write then misses). */
+  check(key: string): { version: string; total: number | undefined } {
+    const version = this.currentVersion();
+    if (version !== this.version) {
+      this.totals.clear();
+      this.version = version;
+    }
+    return { version, total: this.totals.get(key) };
+  }
+
+  store(version: string, key: string, total: number): void {
+    if (version !== this.version) return;
+    if (this.totals.size >= 512) this.totals.clear();
+    this.totals.set(key, total);
+  }
+}
+
+const totalsCaches = new WeakMap<BetterSqlite3.Database, TotalsCache>();
+
+export async function listShipments(db: Kysely<Database>, f: ShipmentFilter, sqlite?: BetterSqlite3.Database) {
   let base = db.selectFrom('shipments as s').where('s.tenant_uid', '=', f.tenantUid);
   if (f.typeCode) base = base.where('s.type_code', '=', f.typeCode);
   if (f.shipmentUid) {
@@ -50,8 +89,21 @@ export async function listShipments(db: Kysely<Database>, f: ShipmentFilter) {
   if (f.bookedPupUid) base = base.where('s.pup_uid', '=', f.bookedPupUid).where('s.active', '=', 1);
   if (f.updatedSince) base = base.where('s.updated_at', '>=', f.updatedSince);
 
-  const countRow = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirst();
-  const totalItems = Number(countRow?.n ?? 0);
+  let cache: TotalsCache | undefined;
+  if (sqlite) {
+    cache = totalsCaches.get(sqlite);
+    if (!cache) totalsCaches.set(sqlite, (cache = new TotalsCache(sqlite)));
+  }
+  const key = JSON.stringify([f.tenantUid, f.typeCode, f.shipmentUid ?? null, f.active ?? null, f.states ?? null, f.userUid ?? null, f.bookedPupUid ?? null, f.updatedSince ?? null]);
+  const cached = cache?.check(key);
+  let totalItems: number;
+  if (cached?.total !== undefined) {
+    totalItems = cached.total;
+  } else {
+    const countRow = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirst();
+    totalItems = Number(countRow?.n ?? 0);
+    if (cached) cache!.store(cached.version, key, totalItems);
+  }
   const offset = (f.pageNo - 1) * f.pageSize;
   if (totalItems === 0 || offset >= totalItems) return { totalItems, items: [] };
 

@@ -57,7 +57,7 @@ export async function readRoutes(app: FastifyInstance, ctx: AppContext): Promise
             sortBy: b.sortBy ?? 'CreatedDesc',
             pageNo: b.pageNo,
             pageSize: b.pageSize,
-          });
+          }, ctx.db.sqlite);
           return { items: r.items as z.input<typeof S.ShipmentItem>[], ...pageInfo(b.pageNo, b.pageSize, r.totalItems) };
         },
       },
