@@ -92,14 +92,32 @@ export async function createTestService(engine: EngineName, opts: TestServiceOpt
   const app = svc.app;
   const secrets = new Map<string, string>();
   for (const t of (site?.tenants ?? []) as { clientId: string; clientSecret: string }[]) secrets.set(t.clientId, t.clientSecret);
-  const tokens = new Map<string, string>();
+  const client = apiClient(app, ctx, secrets);
   const svcApi: TestService = {
     engine,
     svc,
     app,
     ctx,
     clock,
-    async token(clientId = 'tenant-a') {
+    ...client,
+    async provision(s) {
+      const r = await applyProvisioning(ctx.db.kysely, s, clock);
+      app.principals.clear();
+      return r;
+    },
+    async close() {
+      await svc.stop();
+      await cleanup();
+    },
+  };
+  return svcApi;
+}
+
+/** A small client of a test app over inject(): tokens for provisioned clients, JSON POSTs. */
+export function apiClient(app: FastifyInstance, ctx: AppContext, secrets: ReadonlyMap<string, string>) {
+  const tokens = new Map<string, string>();
+  const client = {
+    async token(clientId = 'tenant-a'): Promise<string> {
       const cached = tokens.get(clientId);
       if (cached && ctx.tokens.verify(cached)) return cached;
       const res = await app.inject({
@@ -113,8 +131,8 @@ export async function createTestService(engine: EngineName, opts: TestServiceOpt
       tokens.set(clientId, t);
       return t;
     },
-    async post(p, body, token) {
-      const tok = token === undefined ? await svcApi.token() : token;
+    async post(p: string, body: unknown, token?: string | null): Promise<{ status: number; body: any; headers: Record<string, unknown> }> {
+      const tok = token === undefined ? await client.token() : token;
       const res = await app.inject({
         method: 'POST',
         url: p,
@@ -129,15 +147,6 @@ export async function createTestService(engine: EngineName, opts: TestServiceOpt
       }
       return { status: res.statusCode, body: parsed, headers: res.headers as Record<string, unknown> };
     },
-    async provision(s) {
-      const r = await applyProvisioning(ctx.db.kysely, s, clock);
-      app.principals.clear();
-      return r;
-    },
-    async close() {
-      await svc.stop();
-      await cleanup();
-    },
   };
-  return svcApi;
+  return client;
 }

@@ -8,7 +8,7 @@ import { CentralService } from '../../src/service';
 import { ManualClock } from '../../src/clock';
 import { createLogger } from '../../src/logger';
 import type { AppContext } from '../../src/context';
-import type { TestService } from './harness';
+import { apiClient, type TestService } from './harness';
 import { TENANT_A, TENANT_B } from './fixtures';
 
 export interface SameStoreService {
@@ -41,42 +41,12 @@ export async function openSameStore(
   const svc = new CentralService({ config, clock, log: createLogger({ level: config.log.level }), pgSchema: pgSchema ?? undefined, startWorkers: opts.startWorkers ?? false });
   const ctx = await svc.start();
   const app = svc.app;
-  const tokens = new Map<string, string>();
   const api: SameStoreService = {
     svc,
     app,
     ctx,
     clock,
-    async token(clientId = TENANT_A.clientId) {
-      const cached = tokens.get(clientId);
-      if (cached && ctx.tokens.verify(cached)) return cached;
-      const res = await app.inject({
-        method: 'POST',
-        url: '/connect/token',
-        payload: new URLSearchParams({ grant_type: 'client_credentials', client_id: clientId, client_secret: SECRETS[clientId] ?? '', scope: 'integration_api' }).toString(),
-        headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      });
-      if (res.statusCode !== 200) throw new Error(`token for ${clientId} failed: ${res.statusCode} ${res.body}`);
-      const tok = res.json().access_token as string;
-      tokens.set(clientId, tok);
-      return tok;
-    },
-    async post(p, body, token) {
-      const tok = token === undefined ? await api.token() : token;
-      const res = await app.inject({
-        method: 'POST',
-        url: p,
-        payload: body === undefined ? undefined : JSON.stringify(body),
-        headers: { 'content-type': 'application/json', ...(tok ? { authorization: `Bearer ${tok}` } : {}) },
-      });
-      let parsed: any;
-      try {
-        parsed = res.json();
-      } catch {
-        parsed = res.body;
-      }
-      return { status: res.statusCode, body: parsed, headers: res.headers as Record<string, unknown> };
-    },
+    ...apiClient(app, ctx, new Map(Object.entries(SECRETS))),
     async close() {
       await svc.stop();
     },
