@@ -9,6 +9,8 @@ import type { Db } from '../db/database';
 import type { Database } from '../db/schema';
 import { sqliteStatement } from './sqlq';
 
+const WAL_AUTOCHECKPOINT_PAGES = Number(process.env.LOCKER_SQLITE_WAL_AUTOCHECKPOINT ?? 10000);
+
 export type Trx = Transaction<Database>;
 export type TxJob<T> = (trx: Trx) => Promise<T>;
 
@@ -81,6 +83,13 @@ export class SqliteGroupCommitRunner implements TxRunner {
       // sub-journal spills to a temporary FILE, so every booking paid ~90 pwrite calls for
       // pages that are thrown away at RELEASE. In memory it is a copy.
       this.db.sqlite!.pragma('temp_store = MEMORY');
+      // A checkpoint copies each page once however often the WAL holds it; bookings rewrite the
+      // same hot pages (lockers, index interiors) batch after batch, so checkpointing every 10000
+      // frames (~40 MiB of WAL) instead of every 1000 copies far fewer pages per booking: COMMIT
+      // cost per booking fell from ~145 to ~100 us (bookings through inject, 64 at a time). The
+      // checkpoint still runs in a COMMIT (a longer, rarer stall); durability is unchanged (WAL
+      // frames are fsynced at every COMMIT). LOCKER_SQLITE_WAL_AUTOCHECKPOINT overrides it.
+      this.db.sqlite!.pragma(`wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
       this.configured = true;
     }
     const outcomes: ({ ok: true; v: unknown } | { ok: false; e: unknown })[] = [];
