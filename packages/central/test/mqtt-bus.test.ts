@@ -148,6 +148,28 @@ describe('embedded broker security', () => {
     await expect(connect(url, { clientId: 'term-b1', username: 'term-a1', password: 'terminal-secret-a1' })).rejects.toThrow();
   });
 
+  it('does not acknowledge a terminal message that a beforeAck handler failed to store; the terminal sends it again', async () => {
+    const url = broker.address()!;
+    const calls: string[] = [];
+    await broker.subscribe(
+      topics.up('term-b1', 'events'),
+      async (_topic, payload) => {
+        calls.push(payload.toString());
+        if (calls.length === 1) throw new Error('store unavailable');
+      },
+      { beforeAck: true },
+    );
+    const b = mqtt.connect(url, { clientId: 'term-b1', username: 'term-b1', password: 'terminal-secret-b1', reconnectPeriod: 100, connectTimeout: 3000 });
+    clients.push(b);
+    await new Promise<void>((r) => b.once('connect', () => r()));
+    let disconnects = 0;
+    b.on('close', () => disconnects++);
+    // resolves only once the broker acknowledged it: after the failed first try, on the resend
+    await b.publishAsync(topics.up('term-b1', 'events'), 'event-1', { qos: 1 });
+    expect(calls).toEqual(['event-1', 'event-1']);
+    expect(disconnects).toBeGreaterThanOrEqual(1);
+  });
+
   it('never lets a terminal publish into another terminal\'s topics or read them', async () => {
     const url = broker.address()!;
     const seen: string[] = [];

@@ -100,7 +100,11 @@ export class EdgeSync implements Worker {
     if (!this.running) return;
     const p = parseEdgeTopic(topic);
     if (!p || p.dir !== 'up') return;
-    return fn(p.terminalId).catch((err) => this.log.error({ err: (err as Error).message, terminal: p.terminalId, kind: p.kind }, 'edge message handling failed'));
+    return fn(p.terminalId).catch((err) => {
+      this.log.error({ err: (err as Error).message, terminal: p.terminalId, kind: p.kind }, 'edge message handling failed');
+      // an event that was not stored must not be acknowledged to the terminal (beforeAck)
+      if (p.kind === 'events') throw err;
+    });
   }
 
   /** Runs work for one terminal after the work already queued for it. */

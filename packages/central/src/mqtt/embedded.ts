@@ -62,8 +62,11 @@ export class EmbeddedBroker implements MessageBus {
         if (!hooks.length) return cb(null);
         const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
         void Promise.allSettled(hooks.map((h) => Promise.resolve().then(() => h.handler(packet.topic, payload)))).then((results) => {
-          for (const r of results) if (r.status === 'rejected') this.log.error({ err: r.reason, topic: packet.topic }, 'message handler failed');
-          cb(null);
+          const failed = results.filter((r) => r.status === 'rejected');
+          for (const r of failed) this.log.error({ err: (r as PromiseRejectedResult).reason, topic: packet.topic }, 'message handler failed');
+          // A message a handler could not deal with is not acknowledged: the broker drops the
+          // connection instead, and the terminal sends it again from its journal.
+          cb(failed.length ? new Error('message not stored') : null);
         });
       },
       authorizeSubscribe: (client, sub, cb) => {

@@ -36,7 +36,8 @@ export class ExternalBroker implements MessageBus {
       for (const h of this.handlers) {
         if (!topicMatches(h.filter, topic)) continue;
         try {
-          h.handler(topic, payload);
+          const r = h.handler(topic, payload);
+          if (r instanceof Promise) r.catch((err) => this.log.error({ err, topic }, 'message handler failed'));
         } catch (err) {
           this.log.error({ err, topic }, 'message handler failed');
         }
