@@ -100,6 +100,9 @@ export const ConfigSchema = z
         host: z.string().default('0.0.0.0'),
         // credentials of the central service at an external broker
         username: z.string().optional(),
+        // its MQTT client id at an external broker: stable across restarts (persistent session);
+        // each central instance needs its own (default locker-central-<hostname>)
+        clientId: z.string().min(1).max(128).optional(),
         password: z.string().optional(),
       })
       .strict()
@@ -150,6 +153,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_MQTT_PORT: ['mqtt', 'port'],
   LOCKER_MQTT_HOST: ['mqtt', 'host'],
   LOCKER_MQTT_USERNAME: ['mqtt', 'username'],
+  LOCKER_MQTT_CLIENT_ID: ['mqtt', 'clientId'],
   LOCKER_MQTT_PASSWORD: ['mqtt', 'password'],
 };
 

@@ -76,7 +76,7 @@ if (externalUrl) {
   impls.push({
     name: 'external (mosquitto)',
     make: async () => {
-      const bus = new ExternalBroker({ url: externalUrl, log });
+      const bus = new ExternalBroker({ url: externalUrl, log, clientId: `central-test-${crypto.randomBytes(6).toString('hex')}` });
       await bus.start();
       return { bus, terminal: (id) => connect(externalUrl, { clientId: `${id}-${crypto.randomBytes(4).toString('hex')}` }) };
     },
@@ -124,6 +124,57 @@ for (const impl of impls) {
     });
   });
 }
+
+describe.skipIf(!externalUrl)('external broker: persistent session', () => {
+  it('keeps a terminal message published while the central service is down and delivers it when it is back', async () => {
+    const clientId = `central-test-${crypto.randomBytes(6).toString('hex')}`;
+    const terminalId = `term-${crypto.randomBytes(4).toString('hex')}`;
+    const got: string[] = [];
+    const first = new ExternalBroker({ url: externalUrl!, log, clientId });
+    await first.start();
+    await first.subscribe(topics.allUp, (_t, p) => void got.push(p.toString()));
+    await first.stop(); // central goes down; its session stays with the broker
+
+    const term = await connect(externalUrl!, { clientId: terminalId });
+    await term.publishAsync(topics.up(terminalId, 'events'), 'while-central-was-down', { qos: 1 });
+    term.end(true);
+
+    const second = new ExternalBroker({ url: externalUrl!, log, clientId });
+    await second.start();
+    await second.subscribe(topics.allUp, (_t, p) => void got.push(p.toString()));
+    try {
+      expect(await waitFor(() => got.find((g) => g === 'while-central-was-down'))).toBe('while-central-was-down');
+    } finally {
+      await second.stop();
+      // remove the test session from the shared broker
+      const cleanup = await connect(externalUrl!, { clientId, clean: true });
+      cleanup.end(true);
+    }
+  });
+
+  it('acknowledges a message only after the handler finished; a failed handler gets it again', async () => {
+    const clientId = `central-test-${crypto.randomBytes(6).toString('hex')}`;
+    const terminalId = `term-${crypto.randomBytes(4).toString('hex')}`;
+    const calls: string[] = [];
+    const bus = new ExternalBroker({ url: externalUrl!, log, clientId });
+    await bus.start();
+    await bus.subscribe(topics.up(terminalId, 'events'), async (_t, p) => {
+      calls.push(p.toString());
+      if (calls.length === 1) throw new Error('store unavailable');
+    });
+    const term = await connect(externalUrl!, { clientId: terminalId });
+    await term.publishAsync(topics.up(terminalId, 'events'), 'retry-me', { qos: 1 });
+    term.end(true);
+    try {
+      await waitFor(() => (calls.length >= 2 ? true : undefined), 8000);
+      expect(calls.slice(0, 2)).toEqual(['retry-me', 'retry-me']);
+    } finally {
+      await bus.stop();
+      const cleanup = await connect(externalUrl!, { clientId, clean: true });
+      cleanup.end(true);
+    }
+  });
+});
 
 describe('embedded broker security', () => {
   let t: TestService;

@@ -1,6 +1,10 @@
 // The central service as a client of an external MQTT broker (Mosquitto here; EMQX or HiveMQ
-// clusters in the field). Several central instances share the broker; each subscribes with a
-// shared subscription ($share/central/...) when asked, so one instance handles each event.
+// clusters in the field). The session is persistent (clean: false, a stable client id), so the
+// broker keeps QoS 1 messages for a central instance that is down and hands them over when it is
+// back; a message is acknowledged (PUBACK) only after its handlers have finished with it, so a
+// crash in between makes the broker deliver it again. Several instances each get every terminal
+// message; the handlers deduplicate (terminal events by event id).
+import os from 'node:os';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Logger } from '../logger';
 import { topicMatches, type Handler, type MessageBus } from './bus';
@@ -13,10 +17,13 @@ export interface ExternalBrokerOptions {
   log: Logger;
 }
 
+const MAX_PENDING = 10_000;
+
 export class ExternalBroker implements MessageBus {
   readonly kind = 'external' as const;
   private client: MqttClient | null = null;
   private readonly handlers: { filter: string; handler: Handler }[] = [];
+  private pending: { topic: string; payload: Buffer; done: (err?: Error) => void }[] = [];
   private readonly log: Logger;
 
   constructor(private readonly opts: ExternalBrokerOptions) {
@@ -25,24 +32,26 @@ export class ExternalBroker implements MessageBus {
 
   async start(): Promise<void> {
     const client = mqtt.connect(this.opts.url, {
-      clientId: this.opts.clientId ?? `locker-central-${process.pid}-${Math.random().toString(16).slice(2, 8)}`,
+      // stable across restarts, so the broker can keep this instance's session
+      clientId: this.opts.clientId ?? `locker-central-${os.hostname()}`,
       username: this.opts.username,
       password: this.opts.password,
       reconnectPeriod: 1000,
       connectTimeout: 10_000,
-      clean: true,
+      clean: false,
     });
-    client.on('message', (topic, payload) => {
-      for (const h of this.handlers) {
-        if (!topicMatches(h.filter, topic)) continue;
-        try {
-          const r = h.handler(topic, payload);
-          if (r instanceof Promise) r.catch((err) => this.log.error({ err, topic }, 'message handler failed'));
-        } catch (err) {
-          this.log.error({ err, topic }, 'message handler failed');
-        }
+    // Handlers run before the PUBACK: mqtt.js acknowledges a QoS 1 message when `done` runs. A
+    // persistent session delivers queued messages right after CONNECT, before the service has
+    // subscribed its handlers again: those wait (unacknowledged) until a matching handler exists.
+    client.handleMessage = (packet, done) => {
+      const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
+      if (!this.handlers.some((h) => topicMatches(h.filter, packet.topic))) {
+        if (this.pending.length < MAX_PENDING) this.pending.push({ topic: packet.topic, payload, done });
+        else this.log.error({ topic: packet.topic }, 'too many messages without a handler; dropping the connection');
+        return;
       }
-    });
+      this.dispatch(packet.topic, payload, done);
+    };
     client.on('error', (err) => this.log.warn({ err: err.message }, 'broker connection error'));
     client.on('reconnect', () => this.log.info('reconnecting to broker'));
     this.client = client;
@@ -65,9 +74,24 @@ export class ExternalBroker implements MessageBus {
     await this.client.publishAsync(topic, payload, { qos: opts.qos ?? 1, retain: opts.retain ?? false });
   }
 
+  private dispatch(topic: string, payload: Buffer, done: (err?: Error) => void): void {
+    const hs = this.handlers.filter((h) => topicMatches(h.filter, topic));
+    void Promise.allSettled(hs.map((h) => Promise.resolve().then(() => h.handler(topic, payload)))).then((results) => {
+      const failed = results.filter((r) => r.status === 'rejected') as PromiseRejectedResult[];
+      for (const r of failed) this.log.error({ err: r.reason, topic }, 'message handler failed');
+      if (!failed.length) return done();
+      // not acknowledged: drop the connection so the broker delivers the message again
+      done(new Error('message not handled'));
+      this.client?.stream?.destroy();
+    });
+  }
+
   async subscribe(filter: string, handler: Handler): Promise<void> {
     if (!this.client) throw new Error('bus not started');
     this.handlers.push({ filter, handler });
+    const waiting = this.pending.filter((m) => topicMatches(filter, m.topic));
+    this.pending = this.pending.filter((m) => !topicMatches(filter, m.topic));
+    for (const m of waiting) this.dispatch(m.topic, m.payload, m.done);
     await this.client.subscribeAsync(filter, { qos: 1 });
   }
 
