@@ -68,6 +68,9 @@ const createResultShape = {
   mailCode: nstr(),
 };
 
+/** SetAccountDetails answers the create result's fields except the user name. */
+const { userName: _userName, ...setDetailsResultShape } = createResultShape;
+
 const Address = z.object({
   streetName: z.string(),
   mailbox: z.string(),
@@ -192,18 +195,7 @@ export async function accountRoutes(app: FastifyInstance, ctx: AppContext): Prom
     summary: "Change an account's details (null leaves a field unchanged)",
     description: 'firstName and lastName together; streetName, streetNo, mailbox, city and countryCode together.',
     body: z.object({ userUid: optStr(), emailAddress: optStr(), firstName: optStr(), lastName: optStr(), ...detailsShape }),
-    response: envelope({
-      userUid: nstr(),
-      canManageUser: z.boolean(),
-      firstName: nstr(),
-      lastName: nstr(),
-      emailAddress: nstr(),
-      phoneNumber: nstr(),
-      mainPupUid: nstr(),
-      mainPupName: nstr(),
-      languageCode: nstr(),
-      mailCode: nstr(),
-    }),
+    response: envelope(setDetailsResultShape),
     handler: async (b, req) => accounts.setDetails(req.tenant, b),
   });
 
