@@ -62,6 +62,8 @@ export const ConfigSchema = z
         maxBackoffMs: z.coerce.number().int().positive().default(15 * 60_000),
         requestTimeoutMs: z.coerce.number().int().positive().default(10_000),
         pollIntervalMs: z.coerce.number().int().positive().default(500),
+        // delivered and skipped messages are deleted after this many days (0 keeps them forever)
+        retentionDays: z.coerce.number().min(0).default(7),
         // messages delivered at the same time (each to a different shipment) per central instance
         concurrency: z.coerce.number().int().min(1).max(256).default(8),
       })
@@ -136,6 +138,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_SHIPMENTS_DROP_OFF_DEADLINE_HOURS: ['shipments', 'dropOffDeadlineHours'],
   LOCKER_SHIPMENTS_EXPIRY_SWEEP_SECONDS: ['shipments', 'expirySweepSeconds'],
   LOCKER_CALLBACKS_ENABLED: ['callbacks', 'enabled'],
+  LOCKER_CALLBACKS_RETENTION_DAYS: ['callbacks', 'retentionDays'],
   LOCKER_CALLBACKS_INITIAL_BACKOFF_MS: ['callbacks', 'initialBackoffMs'],
   LOCKER_CALLBACKS_MAX_BACKOFF_MS: ['callbacks', 'maxBackoffMs'],
   LOCKER_CALLBACKS_REQUEST_TIMEOUT_MS: ['callbacks', 'requestTimeoutMs'],

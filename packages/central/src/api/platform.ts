@@ -8,6 +8,7 @@ import { v1Post } from '../http/route';
 import { envelope } from '../http/envelope';
 import { toDbTime } from '../ids';
 import { registerWorkerFactory } from '../workers';
+import { OutboxPurger } from '../callbacks/purge';
 import { registerTenantProvisioningHook } from '../provisioning/apply';
 import { AUTH_KEY_RE, AUTH_TYPES, applyProvisionedCallback, callbackUrlProblem, configureCallback, loggableOrigin } from '../callbacks/registration';
 import { CallbackDeliveryWorker } from '../callbacks/worker';
@@ -65,4 +66,5 @@ export async function platformRoutes(app: FastifyInstance, ctx: AppContext): Pro
 
 registerWorkerFactory((ctx) => (ctx.config.callbacks.enabled ? new CallbackDeliveryWorker(ctx) : null));
 registerWorkerFactory((ctx) => new IdempotencySweeper(ctx));
+registerWorkerFactory((ctx) => new OutboxPurger(ctx));
 registerTenantProvisioningHook(async (trx, tenantUid, tenant, now) => applyProvisionedCallback(trx, tenantUid, tenant.callback, now));
