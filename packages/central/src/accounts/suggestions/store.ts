@@ -13,7 +13,7 @@ import type { Logger } from '../../logger';
 import { ApiError } from '../../errors';
 import { newUid, toDbTime } from '../../ids';
 import { emailKey } from '../validate';
-import { detectType, readRows, SuggestionFileError, validateRows, type RowError } from './parse';
+import { detectType, readRows, SuggestionFileError, validateRows, type RowError, type SuggestionRow } from './parse';
 
 export interface UploadResult {
   reference: string;
@@ -26,14 +26,8 @@ export interface UploadResult {
   errorLogs: RowError[];
 }
 
-export interface SuggestionItem {
-  emailAddress: string;
-  phoneNumber: string | null;
-  languageCode: string | null;
-  firstName: string | null;
-  lastName: string | null;
-  remarks: string | null;
-  pupUid: string | null;
+/** A stored suggestion as GetAccountSuggestions lists it: the parsed row, with its PUP's name. */
+export interface SuggestionItem extends Omit<SuggestionRow, 'rowNo'> {
   pupName: string | null;
 }
 
