@@ -5,7 +5,9 @@ import * as m001 from './001_foundation';
 import * as m101 from './101_account_suggestions';
 import * as m200 from './200_shipments';
 import * as m201 from './201_booking_candidates';
+import * as m202 from './202_booking_write_path';
 import * as m300 from './300_callbacks';
+import * as m301 from './301_outbox_indexes';
 import * as m400 from './400_edge';
 
 export const migrations: Record<string, Migration> = {
@@ -13,6 +15,8 @@ export const migrations: Record<string, Migration> = {
   '101_account_suggestions': m101,
   '200_shipments': m200,
   '201_booking_candidates': m201,
+  '202_booking_write_path': m202,
   '300_callbacks': m300,
+  '301_outbox_indexes': m301,
   '400_edge': m400,
 };
