@@ -59,6 +59,21 @@ describeEngines('token endpoint and bearer auth', (engine) => {
     expect(t.ctx.tokens.verify(tok)).toBeNull();
   });
 
+  it('refuses a token with a changed body or signature after the genuine one was accepted (verified-token cache)', async () => {
+    const tok = await t.token();
+    expect(t.ctx.tokens.verify(tok)).not.toBeNull();
+    const [v, body, sig] = tok.split('.') as [string, string, string];
+    const claims = JSON.parse(Buffer.from(body, 'base64url').toString());
+    const forged = Buffer.from(JSON.stringify({ ...claims, sub: 'someone-else' })).toString('base64url');
+    const flip = (c: string) => (c === 'A' ? 'B' : 'A');
+    for (const bad of [`${v}.${forged}.${sig}`, `${v}.${body}.${flip(sig[0]!)}${sig.slice(1)}`, `${tok}x`]) {
+      expect(t.ctx.tokens.verify(bad)).toBeNull();
+      const res = await t.post('/v1/PickupPoints/GetPickUpPoints', { pageNo: 1, pageSize: 10 }, bad);
+      expect(res.status).toBe(401);
+    }
+    expect((await t.post('/v1/PickupPoints/GetPickUpPoints', { pageNo: 1, pageSize: 10 }, tok)).status).toBe(200);
+  });
+
   it('answers unknown paths with 404 NotFound in the envelope', async () => {
     const res = await t.post('/v1/Nope/Nothing', {});
     expect(res.status).toBe(404);

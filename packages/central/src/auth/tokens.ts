@@ -11,7 +11,12 @@ export interface TokenClaims {
   jti: string;
 }
 
+/** Tokens whose signature was checked, kept so a client's next calls skip the HMAC and JSON parse. */
+const VERIFIED_CACHE_MAX = 10_000;
+
 export class TokenService {
+  private readonly verified = new Map<string, TokenClaims>();
+
   constructor(
     private readonly key: Buffer,
     private readonly lifetimeSeconds: number,
@@ -27,6 +32,19 @@ export class TokenService {
 
   /** Returns the claims of a valid, unexpired token, or null. */
   verify(token: string): TokenClaims | null {
+    // The signature of a token never changes validity, only its expiry does: a token seen
+    // before (exact same string) skips the HMAC and the JSON parse but not the expiry check.
+    const known = this.verified.get(token);
+    if (known) return this.clock.now().getTime() / 1000 >= known.exp ? null : known;
+    const claims = this.check(token);
+    if (claims) {
+      if (this.verified.size >= VERIFIED_CACHE_MAX) this.verified.clear();
+      this.verified.set(token, claims);
+    }
+    return claims;
+  }
+
+  private check(token: string): TokenClaims | null {
     const parts = token.split('.');
     if (parts.length !== 3 || parts[0] !== 'v1') return null;
     const [, body, sig] = parts as [string, string, string];
@@ -39,9 +57,9 @@ export class TokenService {
     } catch {
       return null;
     }
-    if (typeof claims.sub !== 'string' || typeof claims.exp !== 'number') return null;
+    if (!claims || typeof claims.sub !== 'string' || typeof claims.exp !== 'number') return null;
     if (this.clock.now().getTime() / 1000 >= claims.exp) return null;
-    return claims;
+    return Object.freeze(claims);
   }
 
   private sign(body: string): string {
