@@ -5,11 +5,8 @@ import type { TenantPrincipal } from '../context';
 
 export async function canManageAccount(db: Kysely<Database> | Transaction<Database>, tenant: TenantPrincipal, accountUid: string): Promise<boolean> {
   if (tenant.pupUids.size === 0) return false;
-  const row = await db
-    .selectFrom('account_pups')
-    .select('account_uid')
-    .where('account_uid', '=', accountUid)
-    .where('pup_uid', 'in', [...tenant.pupUids])
-    .executeTakeFirst();
-  return !!row;
+  // The account's links (one or two as a rule) checked against the tenant's set, rather than an
+  // IN list of every PUP of the tenant (hundreds of bound values for a large tenant).
+  const links = await db.selectFrom('account_pups').select('pup_uid').where('account_uid', '=', accountUid).execute();
+  return links.some((l) => tenant.pupUids.has(l.pup_uid));
 }

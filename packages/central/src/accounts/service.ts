@@ -313,17 +313,26 @@ export class AccountService {
       mailCode: b.includeMailCode ?? false,
       phone: b.includePhone ?? false,
     };
-    const pups = [...tenant.pupUids];
     if (b.pupUid && b.pupUid.trim() && !tenant.pupUids.has(b.pupUid.trim())) {
       throw new ApiError('InvalidPupUid', 'pupUid: unknown pick up point or not one you manage', 400);
     }
-    if (pups.length === 0) return { items: [], total: 0, inc };
+    if (tenant.pupUids.size === 0) return { items: [], total: 0, inc };
     const like = (term: string) => `%${term.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
     const contains = (expr: ReturnType<typeof sql>, term: string) => sql<boolean>`lower(${expr}) like ${like(term)} escape '\\'`;
 
     let base = this.db
       .selectFrom('accounts as a')
-      .where((eb) => eb.exists(eb.selectFrom('account_pups as ap').select('ap.account_uid').whereRef('ap.account_uid', '=', 'a.uid').where('ap.pup_uid', 'in', pups)));
+      // linked to any PUP of the tenant: a join with tenant_pups, not an IN list of all its PUPs
+      .where((eb) =>
+        eb.exists(
+          eb
+            .selectFrom('account_pups as ap')
+            .innerJoin('tenant_pups as tp', 'tp.pup_uid', 'ap.pup_uid')
+            .select('ap.account_uid')
+            .whereRef('ap.account_uid', '=', 'a.uid')
+            .where('tp.tenant_uid', '=', tenant.uid),
+        ),
+      );
     const t = (v: string | null | undefined) => (v ?? '').trim();
     if (t(b.pupUid)) {
       const pup = t(b.pupUid);
