@@ -11,6 +11,7 @@ import { addUser, booking, fails, ok } from './shipments-helpers';
 
 const PUP_C = 'cccc0000000000000000000000000001';
 const C_LOCKERS = 6;
+const PUP_D = 'dddd0000000000000000000000000001';
 
 function site() {
   const s = testSite();
@@ -20,7 +21,15 @@ function site() {
     locationAddress: { streetName: 'Dam 1', mailbox: '', city: 'Amsterdam', countryIso2: 'NL' },
     lockers: Array.from({ length: C_LOCKERS }, (_, i) => ({ name: `C-${String(i + 1).padStart(2, '0')}`, dimension: S, sizeCode: 'S', typeCode: 'normal', bus: 'bus0', boardAddress: 0, lockNumber: i + 1 })),
   });
-  s.tenants!.find((x) => x.clientId === 'tenant-a')!.pickupPoints!.push(PUP_C);
+  // sides chosen so that order by volume and fit in some orientation disagree
+  const d = (name: string, width: number, height: number, length: number) => ({ name, dimension: { width, height, length }, sizeCode: 'X', typeCode: 'normal', bus: 'bus0', boardAddress: 1, lockNumber: Number(name.slice(2)) });
+  s.pickupPoints!.push({
+    uid: PUP_D,
+    name: 'Odd Shapes',
+    locationAddress: { streetName: 'Dam 2', mailbox: '', city: 'Amsterdam', countryIso2: 'NL' },
+    lockers: [d('D-01', 60, 60, 2), d('D-02', 20, 20, 20), d('D-03', 30, 30, 30)],
+  });
+  s.tenants!.find((x) => x.clientId === 'tenant-a')!.pickupPoints!.push(PUP_C, PUP_D);
   return s;
 }
 
@@ -65,6 +74,17 @@ describeEngines('booking engine', (engine) => {
     expect(r.message).toMatch(/smallest fitting size/);
     const c = await ok(book({ AllowLargerLockers: true }));
     expect(c.lockerName).toBe('A1-03'); // next size up, a normal M before the cooled M
+    await cancelAll([a.shipmentUid, b.shipmentUid, c.shipmentUid]);
+  });
+
+  it('AllowLargerLockers: the smallest locker by volume is skipped when the package fits it in no orientation', async () => {
+    const cube = { width: 15, height: 15, length: 15 };
+    const a = await ok(book({ PupUid: PUP_D, Dimension: cube, AllowLargerLockers: true }));
+    const b = await ok(book({ PupUid: PUP_D, Dimension: cube, AllowLargerLockers: true }));
+    // D-01 (60 x 60 x 2) is the smallest by volume but only 2 high: a flat package fits it rotated
+    const c = await ok(book({ PupUid: PUP_D, Dimension: { width: 50, height: 60, length: 2 }, AllowLargerLockers: true }));
+    expect([a.lockerName, b.lockerName, c.lockerName]).toEqual(['D-02', 'D-03', 'D-01']);
+    await fails(book({ PupUid: PUP_D, Dimension: cube, AllowLargerLockers: true }), 'NoLockerAvailable');
     await cancelAll([a.shipmentUid, b.shipmentUid, c.shipmentUid]);
   });
 

@@ -60,7 +60,12 @@ export function onOutboxEnqueued(fn: () => void): () => void {
 export type RawExec = (sqlText: string, params: readonly unknown[]) => Promise<{ rows: unknown[] }>;
 
 const OUTBOX_COLS = ['event_id', 'tenant_uid', 'shipment_uid', 'sequence', 'message_type', 'payload', 'status', 'attempts', 'next_attempt_at', 'lease_until', 'lease_owner', 'last_status', 'last_error', 'created_at', 'delivered_at'] as const;
-const INSERT_OUTBOX = `INSERT INTO callback_outbox (${OUTBOX_COLS.join(', ')}) VALUES (${OUTBOX_COLS.map(() => '?').join(', ')})`;
+// One statement for the hot path: the status is decided inside the INSERT from the tenant's
+// registration (pending with a callback URL, skipped without), so the lookup costs no extra
+// round trip on PostgreSQL. RETURNING says which it was.
+const INSERT_OUTBOX_CHECKED = `INSERT INTO callback_outbox (${OUTBOX_COLS.join(', ')}) VALUES (${OUTBOX_COLS.map((c) =>
+  c === 'status' ? `CASE WHEN EXISTS (SELECT 1 FROM callback_configs WHERE tenant_uid = ? AND url IS NOT NULL AND url <> '') THEN 'pending' ELSE 'skipped' END` : '?',
+).join(', ')}) RETURNING status`;
 
 /**
  * `opts.sequence`: the caller already knows the event's sequence (a shipment created in this
@@ -85,10 +90,9 @@ export async function enqueueShipmentStatus(
     sequence = Number(last?.m ?? 0) + 1;
   }
   const eventId = newUid();
-  const reg = opts.exec
-    ? ((await opts.exec('SELECT url FROM callback_configs WHERE tenant_uid = ?', [ev.tenantUid])).rows[0] as { url: string | null } | undefined)
-    : await loadCallbackRegistration(trx, ev.tenantUid);
-  const status = reg?.url ? 'pending' : 'skipped';
+  // without exec: the registration is read first (Kysely); with exec the INSERT decides (below)
+  let status: 'pending' | 'skipped' = 'skipped';
+  if (!opts.exec) status = (await loadCallbackRegistration(trx, ev.tenantUid))?.url ? 'pending' : 'skipped';
   const body: ShipmentStatusMessage = {
     messageType: 'ShipmentStatusUpdate',
     message: {
@@ -123,8 +127,10 @@ export async function enqueueShipmentStatus(
     created_at: now,
     delivered_at: null,
   };
-  if (opts.exec) await opts.exec(INSERT_OUTBOX, OUTBOX_COLS.map((c) => row[c]));
-  else await trx.insertInto('callback_outbox').values(row).execute();
+  if (opts.exec) {
+    const res = await opts.exec(INSERT_OUTBOX_CHECKED, OUTBOX_COLS.map((c) => (c === 'status' ? ev.tenantUid : row[c])));
+    status = (res.rows[0] as { status: 'pending' | 'skipped' } | undefined)?.status ?? 'skipped';
+  } else await trx.insertInto('callback_outbox').values(row).execute();
   if (status === 'pending') for (const w of wakers) w();
   return { eventId, sequence, status };
 }

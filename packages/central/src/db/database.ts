@@ -7,6 +7,7 @@ import { Kysely, Migrator, PostgresDialect, SqliteDialect, type MigrationProvide
 import pg from 'pg';
 import type { Database } from './schema';
 import { migrations as allMigrations } from './migrations/index';
+import { withPreparedStatements } from './pg-prepared';
 
 export type Engine = 'sqlite' | 'postgres';
 
@@ -58,7 +59,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
       /* idle client errors are surfaced on the next query */
     });
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-    const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+    const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withPreparedStatements(pool) }) });
     return makeDb(kysely, 'postgres', { pool }, schema);
   }
   const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');

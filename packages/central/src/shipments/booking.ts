@@ -1,9 +1,8 @@
 // The booking engine: choose and take a locker for a package. lockers.booked_shipment_uid is the
 // single source of truth for "booked"; a locker is taken only by a conditional UPDATE ... WHERE
 // booked_shipment_uid IS NULL whose affected-row count is checked, so two concurrent bookings can
-// never hold the same locker on either engine. On PostgreSQL the candidate is first locked with
-// SELECT ... FOR UPDATE SKIP LOCKED so concurrent bookers do not queue behind each other.
-import { sql } from 'kysely';
+// never hold the same locker on either engine. On PostgreSQL that UPDATE locks the candidate with
+// FOR UPDATE SKIP LOCKED so concurrent bookers do not queue behind each other.
 import { ApiError } from '../errors';
 import type { TenantPrincipal } from '../context';
 import type { Db } from '../db/database';
@@ -63,11 +62,16 @@ export interface Booked {
 
 /** Takes one locker if it is still free; true when this call took it. */
 export async function takeLocker(trx: Trx, db: Db, lockerUid: string, shipmentUid: string, now: string): Promise<boolean> {
-  if (db.engine === 'postgres') {
-    const locked = await sql<{ uid: string }>`SELECT uid FROM lockers WHERE uid = ${lockerUid} AND booked_shipment_uid IS NULL AND active = 1 FOR UPDATE SKIP LOCKED`.execute(trx);
-    if (locked.rows.length === 0) return false;
-  }
-  const res = await rawQuery(trx, db, 'UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = ? AND booked_shipment_uid IS NULL AND active = 1', [shipmentUid, now, lockerUid]);
+  // PostgreSQL: the row is locked with SKIP LOCKED inside the same statement (one round trip), so
+  // a booker never waits behind another one that holds this locker and moves on to the next.
+  const res = await rawQuery(
+    trx,
+    db,
+    db.engine === 'postgres'
+      ? 'UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = (SELECT uid FROM lockers WHERE uid = ? AND booked_shipment_uid IS NULL AND active = 1 FOR UPDATE SKIP LOCKED) AND booked_shipment_uid IS NULL AND active = 1'
+      : 'UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = ? AND booked_shipment_uid IS NULL AND active = 1',
+    [shipmentUid, now, lockerUid],
+  );
   return res.numAffectedRows === 1;
 }
 
@@ -85,6 +89,11 @@ export async function transferLocker(trx: Trx, lockerUid: string, fromUid: strin
 const noLocker = (msg: string) => new ApiError('NoLockerAvailable', msg);
 
 const COLS = 'uid, name, width, height, length, type_code, booked_shipment_uid';
+// smallest, middle and largest side of a locker (exact: no arithmetic on the values)
+const MIN_SIDE = 'LEAST(width, height, length)';
+const MID_SIDE = 'GREATEST(LEAST(width, height), LEAST(GREATEST(width, height), length))';
+const MAX_SIDE = 'GREATEST(width, height, length)';
+const PG_TAKE_FIRST_FITTING = `UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = (SELECT uid FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND ${MIN_SIDE} >= ? AND ${MID_SIDE} >= ? AND ${MAX_SIDE} >= ? ORDER BY width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, name COLLATE "C" LIMIT 1 FOR UPDATE SKIP LOCKED) AND booked_shipment_uid IS NULL RETURNING uid, name`;
 const FIRST = 4;
 
 async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
@@ -94,6 +103,15 @@ async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipme
     }
     return null;
   };
+  if (req.allowLarger && db.engine === 'postgres') {
+    // One round trip: choose the first free fitting locker in candidate order (the rule of
+    // chooseCandidates, with the sides sorted in SQL), lock it skipping rows other bookers hold,
+    // and take it.
+    const [a, b, c] = [req.dimension.width, req.dimension.height, req.dimension.length].sort((x, y) => x - y) as [number, number, number];
+    const res = await rawQuery<{ uid: string; name: string }>(trx, db, PG_TAKE_FIRST_FITTING, [shipmentUid, now, pupUid, a, b, c]);
+    const got = res.rows[0];
+    return got ? { pupUid, lockerUid: got.uid, lockerName: got.name } : null;
+  }
   if (req.allowLarger) {
     // Only free lockers matter. Fetch the first few in candidate order (a locker smaller in
     // volume than the package cannot fit); the whole PUP only when none of those fits.

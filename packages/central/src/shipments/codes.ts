@@ -6,7 +6,7 @@ import { sql } from 'kysely';
 import { newSeqUid as newUid, randomBytes } from './uid';
 import type { Trx } from './tx';
 import type { Db } from '../db/database';
-import { rawQuery } from './sqlq';
+import { rawQuery, type Exec } from './sqlq';
 
 export const PIN_DIGITS = 6;
 
@@ -21,6 +21,9 @@ export const newPin = (): string => {
   }
 };
 export const newQr = (): string => randomBytes(18).toString('base64url');
+
+/** Where new PINs come from; tests replace next() to force a collision and watch the retry. */
+export const pinSource = { next: newPin };
 
 export interface CodeOwner {
   shipmentUid: string;
@@ -41,20 +44,22 @@ const INSERT_N = [0, 1, 2, 3, 4, 5].map(insertRows);
 /**
  * A new shipment's codes in one multi-row INSERT: PIN + Qr for each usage given, and a LinkCode
  * Qr. A PIN that collides with a valid PIN of the PUP is not inserted (RETURNING tells which);
- * only those are retried with new PINs.
+ * only those are retried with new PINs. `exec`: a StatementBatch's run (the first INSERT then
+ * travels with the shipment's other rows on PostgreSQL).
  */
-export async function insertNewShipmentCodes(trx: Trx, db: Db, o: CodeOwner, usages: ('DropOff' | 'PickUp')[], now: string): Promise<void> {
-  let pins = usages.map((u) => rowParams(o, u, 'Code', newPin(), now));
+export async function insertNewShipmentCodes(trx: Trx, db: Db, o: CodeOwner, usages: ('DropOff' | 'PickUp')[], now: string, exec?: Exec): Promise<void> {
+  const run: Exec = exec ?? ((text, params) => rawQuery(trx, db, text, params));
+  let pins = usages.map((u) => rowParams(o, u, 'Code', pinSource.next(), now));
   const rows = [...pins, ...usages.map((u) => rowParams(o, u, 'Qr', newQr(), now)), rowParams(o, 'LinkCode', 'Qr', newQr(), now)];
-  let res = await rawQuery<{ uid: string }>(trx, db, INSERT_N[rows.length]!, rows.flat());
+  let res = await run<{ uid: string }>(INSERT_N[rows.length]!, rows.flat());
   for (let attempt = 0; res.rows.length < rows.length; attempt++) {
     if (attempt > 50) throw new Error('could not find a free PIN at this pick up point');
     const inserted = new Set(res.rows.map((r) => r.uid));
-    const retry = pins.filter((p) => !inserted.has(p[0] as string)).map((p) => rowParams(o, p[5] as string, 'Code', newPin(), now));
+    const retry = pins.filter((p) => !inserted.has(p[0] as string)).map((p) => rowParams(o, p[5] as string, 'Code', pinSource.next(), now));
     rows.length = 0;
     rows.push(...retry);
     pins = retry;
-    res = await rawQuery<{ uid: string }>(trx, db, INSERT_N[rows.length]!, rows.flat());
+    res = await run<{ uid: string }>(INSERT_N[rows.length]!, rows.flat());
   }
 }
 
@@ -63,7 +68,7 @@ export async function insertCodePair(trx: Trx, o: CodeOwner, usage: 'DropOff' | 
   const row = { shipment_uid: o.shipmentUid, tenant_uid: o.tenantUid, pup_uid: o.pupUid, locker_uid: o.lockerUid, usage, valid: 1 as const, shared: 0 as const, created_at: now, invalidated_at: null };
   let pin = '';
   for (let attempt = 0; ; attempt++) {
-    pin = newPin();
+    pin = pinSource.next();
     const res = await trx
       .insertInto('access_codes')
       .values({ ...row, uid: newUid(), type: 'Code', value: pin })

@@ -14,7 +14,7 @@ import { bookLocker, fits, releaseLocker, transferLocker, type BookRequest, type
 import { copyCodes, insertCodePair, insertLinkCode, insertNewShipmentCodes, invalidateCodes, type CodeOwner } from './codes';
 import { initial, transition, type Input, type MachineState } from './state-machine';
 import { createTxRunner, type Trx, type TxRunner } from './tx';
-import { rawQuery } from './sqlq';
+import { rawQuery, StatementBatch, type Exec } from './sqlq';
 import { isActive, type Cause, type Flow, type StateCode, type TypeCode, type WaitKind } from './types';
 
 export type ShipmentRow = Selectable<ShipmentsTable>;
@@ -71,6 +71,14 @@ export interface LockerAccessResult {
   stateCode: StateCode;
 }
 
+const insertSql = new Map<string, string>();
+const insertShipmentSql = (cols: string[]) => {
+  const key = cols.join(', ');
+  let t = insertSql.get(key);
+  if (!t) insertSql.set(key, (t = `INSERT INTO shipments (${key}) VALUES (${cols.map(() => '?').join(', ')})`));
+  return t;
+};
+
 const ROTATE_WINDOW_MS = 15 * 60_000;
 export const UNLOCK_MAX_FAILURES = 5;
 
@@ -125,7 +133,7 @@ export class ShipmentService {
     return { shipmentUid: row.uid, tenantUid: row.tenant_uid, pupUid: row.pup_uid, lockerUid: row.locker_uid };
   }
 
-  private async emit(trx: Trx, row: ShipmentRow, stateCode: string, now: string, sequence?: number): Promise<void> {
+  private async emit(trx: Trx, row: ShipmentRow, stateCode: string, now: string, sequence?: number, exec?: Exec): Promise<void> {
     await enqueueShipmentStatus(
       trx,
       {
@@ -142,7 +150,7 @@ export class ShipmentService {
         toUserUid: row.to_user_uid,
       },
       now,
-      { ...(sequence === undefined ? {} : { sequence }), exec: (text, params) => rawQuery(trx, this.ctx.db, text, params) },
+      { ...(sequence === undefined ? {} : { sequence }), exec: exec ?? ((text, params) => rawQuery(trx, this.ctx.db, text, params)) },
     );
   }
 
@@ -307,25 +315,28 @@ export class ShipmentService {
       drop_off_deadline: init.effects.some((e) => e.type === 'StartDropOffDeadline') ? this.deadline(now) : null,
       seq: 1,
     };
+    // The new shipment's rows are independent inserts: one statement on PostgreSQL (StatementBatch).
+    const batch = new StatementBatch(trx, this.ctx.db);
     const cols = Object.keys(row) as (keyof ShipmentRow)[];
-    await rawQuery(trx, this.ctx.db, `INSERT INTO shipments (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`, cols.map((c) => row[c]));
-    await rawQuery(trx, this.ctx.db, 'INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)', [
-      uid,
-      1,
-      tenant.uid,
-      null,
-      row.state_code,
-      'api',
-      spec.origin,
-      now,
-    ]);
-    await this.emit(trx, row, row.state_code, now, 1); // a new shipment: its first event
-    if (row.wait_kind === 'swap' || row.wait_kind === 'circular') {
-      await this.assignDropOffCodes(trx, row, now);
-      await insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), ['PickUp'], now);
-    } else {
-      await insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), ['DropOff', 'PickUp'], now);
-    }
+    const chained = row.wait_kind === 'swap' || row.wait_kind === 'circular';
+    const writes: Promise<unknown>[] = [
+      batch.run(insertShipmentSql(cols), cols.map((c) => row[c])),
+      batch.run('INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)', [
+        uid,
+        1,
+        tenant.uid,
+        null,
+        row.state_code,
+        'api',
+        spec.origin,
+        now,
+      ]),
+      this.emit(trx, row, row.state_code, now, 1, batch.run), // a new shipment: its first event
+      insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), chained ? ['PickUp'] : ['DropOff', 'PickUp'], now, batch.run),
+    ];
+    await Promise.all([...writes, batch.flush()]); // (every rejection observed)
+    // a swap's / circular stock's drop-off codes are copies of the chained shipment's
+    if (chained) await this.assignDropOffCodes(trx, row, now);
     return { row, lockerName };
   }
 

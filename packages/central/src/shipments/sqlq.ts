@@ -6,11 +6,13 @@
 // (synchronously, no trip through Kysely's executor). That is the same connection the enclosing
 // Kysely transaction runs on (SQLite has exactly one), so the statement is part of that
 // transaction; callers must only use rawQuery inside a job of the TxRunner (they pass its trx).
-// PostgreSQL: through the transaction's own connection (trx.executeQuery).
+// PostgreSQL: through the transaction's own connection (trx.executeQuery), as a named prepared
+// statement (db/pg-prepared.ts): parsed and planned once per connection, not on every call.
 import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database';
 import type { Trx } from './tx';
+import { registerPreparedStatement } from '../db/pg-prepared';
 
 export interface RawResult<R> {
   rows: R[];
@@ -26,6 +28,7 @@ function pgSql(text: string): string {
     let n = 0;
     t = text.replace(/\?/g, () => `$${++n}`);
     pgText.set(text, t);
+    registerPreparedStatement(t);
   }
   return t;
 }
@@ -66,4 +69,62 @@ export async function rawQuery<R>(trx: Trx, db: Db, text: string, params: readon
   }
   const r = await trx.executeQuery<R>(CompiledQuery.raw(pgSql(text), [...params]));
   return { rows: r.rows, numAffectedRows: Number(r.numAffectedRows ?? r.rows.length) };
+}
+
+export type Exec = <R>(text: string, params: readonly unknown[]) => Promise<RawResult<R>>;
+
+interface Queued {
+  text: string;
+  params: readonly unknown[];
+  resolve: (r: RawResult<unknown>) => void;
+  reject: (e: unknown) => void;
+}
+
+/**
+ * Independent writes of one job sent together. SQLite: run() executes at once (there is no round
+ * trip to save). PostgreSQL: run() queues the statement and flush() sends all queued ones as ONE
+ * statement, each as a data-modifying CTE (WITH s1 AS (INSERT ... RETURNING ...), s2 AS (...)
+ * SELECT the rows of each as JSON); every run() promise then resolves with its own rows. The
+ * statements must not depend on each other's effects (they all see the same snapshot) and must
+ * be INSERT/UPDATE/DELETE; one without RETURNING gets `RETURNING 1` so its row count is known.
+ * A run() after flush() executes at once (retries).
+ */
+export class StatementBatch {
+  private queued: Queued[] = [];
+  private flushed = false;
+
+  constructor(
+    private readonly trx: Trx,
+    private readonly db: Db,
+  ) {}
+
+  readonly run: Exec = <R>(text: string, params: readonly unknown[]) => {
+    if (this.db.engine === 'sqlite' || this.flushed) return rawQuery<R>(this.trx, this.db, text, params);
+    return new Promise<RawResult<R>>((resolve, reject) => this.queued.push({ text, params, resolve: resolve as (r: RawResult<unknown>) => void, reject }));
+  };
+
+  async flush(): Promise<void> {
+    this.flushed = true;
+    const q = this.queued;
+    this.queued = [];
+    if (q.length === 0) return;
+    if (q.length === 1) {
+      const one = q[0]!;
+      await rawQuery(this.trx, this.db, one.text, one.params).then(one.resolve, one.reject);
+      return;
+    }
+    const ctes = q.map((s, i) => `s${i} AS (${/\bRETURNING\b/i.test(s.text) ? s.text : `${s.text} RETURNING 1 AS one`})`);
+    const text = `WITH ${ctes.join(', ')} SELECT ${q.map((_, i) => `(SELECT json_agg(s${i}) FROM s${i}) AS r${i}`).join(', ')}`;
+    try {
+      const res = await rawQuery<Record<string, unknown[] | null>>(this.trx, this.db, text, q.flatMap((s) => s.params));
+      const row = res.rows[0] ?? {};
+      q.forEach((s, i) => {
+        const rows = (row[`r${i}`] ?? []) as unknown[];
+        s.resolve({ rows: /\bRETURNING\b/i.test(s.text) ? rows : [], numAffectedRows: rows.length });
+      });
+    } catch (e) {
+      for (const s of q) s.reject(e);
+      throw e;
+    }
+  }
 }
