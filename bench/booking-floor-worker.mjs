@@ -1,0 +1,116 @@
+// The booking's SQL with nothing around it (bench/booking-floor.bench.ts): the statements a
+// CreateLocalShipment writes on SQLite (candidate lockers, conditional locker UPDATE, shipment row,
+// audit row, outbox row, five access codes), as raw better-sqlite3 prepared statements, one
+// SAVEPOINT per booking, group commit with synchronous=FULL. No Kysely, no promises inside a
+// batch, no validation, no auth. Loaded in the main thread (makeBooker) or as a worker thread that
+// owns the write connection (the "writer thread" design).
+//
+// Keep the statements in step with packages/central/src/shipments (booking.ts, service.ts
+// createIn, codes.ts, callbacks/outbox.ts); the schema itself comes from the real migrations.
+import crypto from 'node:crypto';
+import { parentPort, workerData } from 'node:worker_threads';
+import Database from 'better-sqlite3';
+
+const SHIPMENT_COLS = ['uid', 'tenant_uid', 'type_code', 'flow', 'state_code', 'active', 'state_start', 'created_at', 'updated_at', 'reference_no', 'reference_case_no', 'description', 'from_user_uid', 'to_user_uid', 'from_address', 'to_address', 'receiver_delayed', 'keep_booked', 'pup_uid', 'locker_uid', 'width', 'height', 'length', 'swaps_shipment_uid', 'prior_shipment_uid', 'waits_on_uid', 'wait_kind', 'drop_off_deadline', 'seq'];
+const OUTBOX_COLS = ['event_id', 'tenant_uid', 'shipment_uid', 'sequence', 'message_type', 'payload', 'status', 'attempts', 'next_attempt_at', 'lease_until', 'lease_owner', 'last_status', 'last_error', 'created_at', 'delivered_at'];
+const CODE_ROW = '(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)';
+
+let counter = 0;
+/** time-ordered uid, as the service's newSeqUid */
+const uid = () => Date.now().toString(16).padStart(12, '0') + (++counter % 0xffffffff).toString(16).padStart(8, '0') + crypto.randomBytes(6).toString('hex');
+const pin = () => String(crypto.randomInt(1_000_000)).padStart(6, '0');
+const qr = () => crypto.randomBytes(18).toString('base64url');
+const sorted = (d) => [d.width, d.height, d.length].sort((a, b) => a - b);
+
+/** A booker on the SQLite file: book(request) queues, batches run on setImmediate. */
+export function makeBooker(file) {
+  const db = new Database(file);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
+  db.pragma('temp_store = MEMORY');
+  db.pragma('wal_autocheckpoint = 10000');
+  const candidates = db.prepare(
+    "SELECT uid, name, width, height, length FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, name LIMIT 4",
+  );
+  const take = db.prepare('UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = ? AND booked_shipment_uid IS NULL AND active = 1');
+  const insertShipment = db.prepare(`INSERT INTO shipments (${SHIPMENT_COLS.join(', ')}) VALUES (${SHIPMENT_COLS.map(() => '?').join(', ')})`);
+  const insertTransition = db.prepare('INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
+  const insertOutbox = db.prepare(
+    `INSERT INTO callback_outbox (${OUTBOX_COLS.join(', ')}) VALUES (${OUTBOX_COLS.map((c) => (c === 'status' ? "CASE WHEN EXISTS (SELECT 1 FROM callback_configs WHERE tenant_uid = ? AND url IS NOT NULL AND url <> '') THEN 'pending' ELSE 'skipped' END" : '?')).join(', ')}) RETURNING status`,
+  );
+  const insertCodes = db.prepare(
+    `INSERT INTO access_codes (uid, shipment_uid, tenant_uid, pup_uid, locker_uid, usage, type, value, valid, shared, created_at, invalidated_at) VALUES ${Array(5).fill(CODE_ROW).join(', ')} ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING RETURNING uid`,
+  );
+  const [begin, commit, savepoint, release, rollbackTo] = ['BEGIN', 'COMMIT', 'SAVEPOINT job', 'RELEASE SAVEPOINT job', 'ROLLBACK TO SAVEPOINT job'].map((s) => db.prepare(s));
+
+  function bookOne(m) {
+    const now = new Date().toISOString();
+    const s = uid();
+    const want = sorted(m.dimension);
+    let locker = null;
+    for (const c of candidates.all(m.pupUid, m.dimension.width * m.dimension.height * m.dimension.length)) {
+      const have = sorted(c);
+      if (have[0] >= want[0] && have[1] >= want[1] && have[2] >= want[2] && take.run(s, now, c.uid).changes === 1) {
+        locker = c;
+        break;
+      }
+    }
+    if (!locker) return { success: false, error: 'NoLockerAvailable', message: 'no fitting locker is free' };
+    const row = { uid: s, tenant_uid: m.tenantUid, type_code: 'LocalPupShipment', flow: 'local', state_code: 'ReadyForDropoff', active: 1, state_start: now, created_at: now, updated_at: now, reference_no: m.referenceNo ?? null, reference_case_no: null, description: null, from_user_uid: m.fromUserUid, to_user_uid: m.toUserUid, from_address: null, to_address: null, receiver_delayed: 0, keep_booked: 0, pup_uid: m.pupUid, locker_uid: locker.uid, width: m.dimension.width, height: m.dimension.height, length: m.dimension.length, swaps_shipment_uid: null, prior_shipment_uid: null, waits_on_uid: null, wait_kind: null, drop_off_deadline: now, seq: 1 };
+    insertShipment.run(SHIPMENT_COLS.map((c) => row[c]));
+    insertTransition.run(s, 1, m.tenantUid, null, 'ReadyForDropoff', 'api', 'CreateLocalShipment', now);
+    const payload = JSON.stringify({ messageType: 'ShipmentStatusUpdate', message: { shipmentUid: s, stateCode: 'ReadyForDropoff', stateStart: now, shipmentType: 'LocalPupShipment', pupUid: m.pupUid, sequence: 1 } });
+    insertOutbox.all(uid(), m.tenantUid, s, 1, 'ShipmentStatusUpdate', payload, m.tenantUid, 0, now, null, null, null, null, now, null);
+    const codes = [['DropOff', 'Code', pin()], ['PickUp', 'Code', pin()], ['DropOff', 'Qr', qr()], ['PickUp', 'Qr', qr()], ['LinkCode', 'Qr', qr()]];
+    insertCodes.all(codes.flatMap(([usage, type, value]) => [uid(), s, m.tenantUid, m.pupUid, locker.uid, usage, type, value, 1, 0, now, null]));
+    return { success: true, error: null, message: null, shipmentUid: s, lockerName: locker.name, dropOffCode: codes[0][2], pickUpCode: codes[1][2] };
+  }
+
+  let queue = [];
+  let scheduled = false;
+  const stats = { batches: 0, jobs: 0 };
+  function runBatch() {
+    scheduled = false;
+    const batch = queue;
+    queue = [];
+    begin.run();
+    const answers = batch.map(([m]) => {
+      savepoint.run();
+      try {
+        const r = bookOne(m);
+        release.run();
+        return r;
+      } catch (e) {
+        rollbackTo.run();
+        release.run();
+        return { success: false, error: 'InternalError', message: String(e) };
+      }
+    });
+    commit.run(); // synchronous=FULL: the WAL is fsynced here
+    stats.batches++;
+    stats.jobs += batch.length;
+    batch.forEach(([, done], i) => done(answers[i]));
+  }
+  return {
+    db,
+    stats,
+    book(m) {
+      return new Promise((resolve) => {
+        queue.push([m, resolve]);
+        if (!scheduled) {
+          scheduled = true;
+          setImmediate(runBatch);
+        }
+      });
+    },
+    close: () => db.close(),
+  };
+}
+
+if (parentPort && workerData?.file) {
+  // writer thread: requests arrive as [id, request], answers go back as [id, answer] pairs
+  const booker = makeBooker(workerData.file);
+  parentPort.on('message', ([id, m]) => {
+    void booker.book(m).then((answer) => parentPort.postMessage([id, answer]));
+  });
+}

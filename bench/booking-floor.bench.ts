@@ -1,0 +1,139 @@
+// How fast can SQLite book at all on this machine? The booking's own SQL, with nothing around it,
+// behind a bare fastify route (no auth, no validation, no logging), loaded exactly like the
+// shipments bench (autocannon in a separate process, 64 connections, 500 PUPs x 80 lockers).
+//
+// 1. the bare route alone (baseline of every ratio);
+// 2. the raw booking statements (bench/booking-floor-worker.mjs) on the event-loop thread, group
+//    commit with synchronous=FULL;
+// 3. the same statements in a writer thread that owns the connection (the route posts a message
+//    and awaits the answer), so SQLite's work runs beside the HTTP work;
+// 4.-6. the statements inline with indexes removed: the nine listing/filter indexes of shipments,
+//    the two secondary indexes of access_codes, then both; what the data model's indexes cost.
+//
+// This is the ceiling the real endpoint (shipments.bench.ts) can approach; it is not the product.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import Fastify from 'fastify';
+import { openDatabase } from '../packages/central/src/db/database';
+import { applyProvisioning } from '../packages/central/src/provisioning/apply';
+import { ManualClock } from '../packages/central/src/clock';
+import { toDbTime } from '../packages/central/src/ids';
+import { provision } from './shipments.bench';
+import { bareBaseline, load, type Load } from './support';
+
+const DIR = path.dirname(fileURLToPath(import.meta.url));
+const WORKER = path.join(DIR, 'booking-floor-worker.mjs');
+const DURATION_S = Number(process.env.BENCH_SHIPMENTS_SECONDS ?? 5);
+const CONNECTIONS = 64;
+const LISTING_INDEXES = ['shipments_t_active_created', 'shipments_t_active_updated', 'shipments_t_type_active_created', 'shipments_t_type_active_updated', 'shipments_t_state_created', 'shipments_t_pup_created', 'shipments_t_from', 'shipments_t_to', 'shipments_deadline'];
+const CODE_INDEXES = ['access_codes_shipment', 'access_codes_pup_value'];
+
+interface BookRequest {
+  tenantUid: string;
+  pupUid: string;
+  fromUserUid: string;
+  toUserUid: string;
+  referenceNo: string;
+  dimension: { width: number; height: number; length: number };
+}
+interface Booker {
+  book(m: BookRequest): Promise<unknown>;
+  close(): void;
+  stats: { batches: number; jobs: number };
+}
+
+/** A provisioned store (schema from the real migrations), copied for every variant. */
+async function template(dir: string): Promise<{ file: string; tenantUid: string; mainUid: string; user: string; pups: string[] }> {
+  const file = path.join(dir, 'template.db');
+  const db = await openDatabase({ url: file });
+  await db.migrate();
+  const clock = new ManualClock(new Date());
+  await applyProvisioning(db.kysely, { pickupPoints: [], tenants: [{ clientId: 'floor', clientSecret: 'floor-secret-0123456789', name: 'Floor', mainAccount: { email: 'floor@example.test', firstName: 'F', lastName: 'L' }, pickupPoints: [] }], terminals: [] }, clock);
+  const t = await db.kysely.selectFrom('tenants').select(['uid', 'main_account_uid']).where('client_id', '=', 'floor').executeTakeFirstOrThrow();
+  const { pups, user } = await provision(db, toDbTime(clock.now()), t.uid);
+  db.sqlite!.pragma('wal_checkpoint(TRUNCATE)');
+  await db.close();
+  return { file, tenantUid: t.uid, mainUid: t.main_account_uid, user, pups };
+}
+
+async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread'): Promise<{ name: string; load: Load; batch: string }> {
+  const file = path.join(dir, `${name.replace(/\W+/g, '-')}.db`);
+  fs.copyFileSync(tpl.file, file);
+  if (drop.length) {
+    const db = await openDatabase({ url: file });
+    for (const ix of drop) db.sqlite!.exec(`DROP INDEX ${ix}`);
+    await db.close();
+  }
+  let booker: Booker | null = null;
+  let worker: Worker | null = null;
+  const waiting = new Map<number, (v: unknown) => void>();
+  let seq = 0;
+  if (mode === 'inline') {
+    const mod = (await import(pathToFileURL(WORKER).href)) as { makeBooker(file: string): Booker };
+    booker = mod.makeBooker(file);
+  } else {
+    worker = new Worker(WORKER, { workerData: { file } });
+    worker.on('message', ([id, answer]: [number, unknown]) => {
+      waiting.get(id)?.(answer);
+      waiting.delete(id);
+    });
+  }
+  const app = Fastify({ logger: false });
+  app.post('/v1/Logistics/CreateLocalShipment', async (req) => {
+    const b = req.body as { PupUid: string; ToUserUid: string; ReferenceNo: string; Dimension: BookRequest['dimension'] };
+    const m: BookRequest = { tenantUid: tpl.tenantUid, pupUid: b.PupUid, fromUserUid: tpl.mainUid, toUserUid: b.ToUserUid, referenceNo: b.ReferenceNo, dimension: b.Dimension };
+    if (booker) return booker.book(m);
+    const id = ++seq;
+    return new Promise((resolve) => {
+      waiting.set(id, resolve);
+      worker!.postMessage([id, m]);
+    });
+  });
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  try {
+    const requests = tpl.pups.map((p) => ({
+      method: 'POST' as const,
+      path: '/v1/Logistics/CreateLocalShipment',
+      body: JSON.stringify({ ToUserUid: tpl.user, PupUid: p, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' }),
+    }));
+    const l = await load({ url, connections: CONNECTIONS, duration: DURATION_S, headers: { 'content-type': 'application/json' }, requests });
+    const batch = booker ? `${(booker.stats.jobs / Math.max(1, booker.stats.batches)).toFixed(1)}` : 'n/a';
+    return { name, load: l, batch };
+  } finally {
+    await app.close();
+    booker?.close();
+    await worker?.terminate();
+  }
+}
+
+export default async function (): Promise<{ title: string; markdown: string }> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-floor-'));
+  try {
+    const load0 = os.loadavg()[0]!.toFixed(1);
+    const tpl = await template(dir);
+    const body = JSON.stringify({ ToUserUid: tpl.user, PupUid: tpl.pups[0], Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' });
+    const base = await bareBaseline(body, { connections: CONNECTIONS, duration: DURATION_S });
+    const rows = [
+      await variant(tpl, dir, 'booking SQL on the event-loop thread', [], 'inline'),
+      await variant(tpl, dir, 'booking SQL in a writer thread', [], 'thread'),
+      await variant(tpl, dir, 'on the event-loop thread, without the 9 shipment listing indexes', LISTING_INDEXES, 'inline'),
+      await variant(tpl, dir, 'on the event-loop thread, without the 2 access-code indexes', CODE_INDEXES, 'inline'),
+      await variant(tpl, dir, 'on the event-loop thread, without both', [...LISTING_INDEXES, ...CODE_INDEXES], 'inline'),
+    ];
+    const f = (n: number) => Math.round(n).toLocaleString('en');
+    const lines = [
+      `${DURATION_S} s per run, ${CONNECTIONS} connections, autocannon in a separate process, 500 PUPs x 80 lockers, synchronous=FULL, group commit; load average ${load0} at start (${os.cpus().length} cores). The route has no auth, no validation and no logging; the statements are raw prepared statements (bench/booking-floor-worker.mjs).`,
+      '',
+      '| variant | req/s | ratio to bare route | p50 / p99 ms | bookings per commit | non-2xx |',
+      '|---|---|---|---|---|---|',
+      `| bare fastify route | ${f(base.rps)} | 1.00 | ${base.p50} / ${base.p99} | - | ${base.non2xx} |`,
+      ...rows.map((r) => `| ${r.name} | ${f(r.load.rps)} | ${(r.load.rps / base.rps).toFixed(2)} | ${r.load.p50} / ${r.load.p99} | ${r.batch} | ${r.load.non2xx} |`),
+    ];
+    return { title: 'Booking floor: the booking SQL alone on SQLite', markdown: lines.join('\n') };
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
