@@ -16,7 +16,7 @@ import { registerPreparedStatement } from '../db/pg-prepared';
 
 export interface RawResult<R> {
   rows: R[];
-  /** rows changed by an INSERT/UPDATE/DELETE without RETURNING */
+  /** rows changed by an INSERT/UPDATE/DELETE; with RETURNING (or a SELECT) the rows returned */
   numAffectedRows: number;
 }
 
@@ -62,9 +62,12 @@ export async function rawQuery<R>(trx: Trx, db: Db, text: string, params: readon
       e[0]++;
       e[1] += performance.now() - t0;
       TIMES.set(text, e);
-      return st.reader ? { rows: r as R[], numAffectedRows: 0 } : { rows: [], numAffectedRows: (r as BetterSqlite3.RunResult).changes };
+      return st.reader ? { rows: r as R[], numAffectedRows: (r as R[]).length } : { rows: [], numAffectedRows: (r as BetterSqlite3.RunResult).changes };
     }
-    if (st.reader) return { rows: st.all(...params) as R[], numAffectedRows: 0 };
+    if (st.reader) {
+      const rows = st.all(...params) as R[];
+      return { rows, numAffectedRows: rows.length };
+    }
     return { rows: [], numAffectedRows: st.run(...params).changes };
   }
   const r = await trx.executeQuery<R>(CompiledQuery.raw(pgSql(text), [...params]));
