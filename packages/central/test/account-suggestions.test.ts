@@ -247,6 +247,21 @@ describeEngines('UploadAccountSuggestions and GetAccountSuggestions', (engine) =
     expect((await suggestions({ pageSize: 1 })).totalItems).toBe(900);
   });
 
+  it('concurrent uploads of one tenant leave exactly one active list, whole (the last one to commit)', async () => {
+    const tok = await t.token();
+    const tags = ['c1', 'c2', 'c3', 'c4'];
+    const lists = tags.map((tag) => csv(...Array.from({ length: 30 }, (_, i) => row(`${tag}-${i}@example.test`))));
+    const res = await Promise.all(lists.map((file, i) => upload([dataPart(`concurrent ${i}`), filePart(`c${i}.csv`, file)], tok)));
+    for (const r of res) expect(r.body).toMatchObject({ success: true });
+    const tenantUid = (await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).uid;
+    const active = await t.ctx.db.kysely.selectFrom('account_suggestion_uploads').select(['uid', 'reference']).where('tenant_uid', '=', tenantUid).where('status', '=', 'active').execute();
+    expect(active).toHaveLength(1);
+    const got = await suggestions();
+    expect(got.reference).toBe(active[0]!.reference);
+    const tag = tags[Number(active[0]!.reference!.replace('concurrent ', ''))]; // the list of the active upload
+    expect(got.items.map((x: { emailAddress: string }) => x.emailAddress).sort()).toEqual(Array.from({ length: 30 }, (_, i) => `${tag}-${i}@example.test`).sort());
+  });
+
   it('documents the upload in OpenAPI as multipart', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/docs/json' });
     const op = res.json().paths['/v1/Account/UploadAccountSuggestions'].post;

@@ -61,6 +61,10 @@ export class SuggestionService {
     const reference = input.reference ?? input.fileName;
     const uploadUid = newUid();
     const counts = await db.transaction().execute(async (trx) => {
+      // One upload of a tenant at a time: on PostgreSQL two concurrent uploads would each see the
+      // same previous list, and both end up active. Locking the tenant's row makes the second
+      // wait and then replace the first. (SQLite transactions run one at a time anyway.)
+      if (this.ctx.db.engine === 'postgres') await trx.selectFrom('tenants').select('uid').where('uid', '=', tenant.uid).forUpdate().execute();
       const prev = await trx.selectFrom('account_suggestion_uploads').select('uid').where('tenant_uid', '=', tenant.uid).where('status', '=', 'active').execute();
       const prevUids = prev.map((p) => p.uid);
       const prevKeys = new Set(
