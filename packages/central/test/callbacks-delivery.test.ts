@@ -173,6 +173,8 @@ describeEngines('callback delivery', (engine) => {
       expect(tenantVerifiesHmac(r.headers, r.raw.replace('LocalPupShipment', 'LocalPupShipmenX'), authKey!, nowS)).toBe(false);
       expect(tenantVerifiesHmac(r.headers, r.raw, authKey!, nowS + 3600)).toBe(false);
     }
+    // the receiver has answered; the worker records the outcome just after
+    await waitFor(async () => (await outbox(t, ship)).every((r) => r.status === 'delivered'), 'both recorded as delivered');
     const rows = await outbox(t, ship);
     expect(rows.map((r) => [r.sequence, r.status, r.attempts, r.last_status])).toEqual([
       [1, 'delivered', 1, 200],
@@ -358,6 +360,8 @@ describeEngines('callback delivery', (engine) => {
       await Promise.all([worker(t).start(), worker(t2).start()]);
       await waitFor(() => rx.delivered.length === 18, 'all 18');
       await waitFor(() => inFlight === 0, 'quiet');
+      await waitFor(async () => (await outbox(t)).filter((r) => ships.includes(r.shipment_uid) && r.status === 'delivered').length === 18, 'all 18 recorded');
+      await waitFor(() => worker(t).stats.delivered + worker(t2).stats.delivered === 18, 'both workers counted');
       const ids = rx.requests.map((r) => String(r.headers['x-event-id']));
       expect(new Set(ids).size).toBe(18);
       expect(ids.length).toBe(18);
