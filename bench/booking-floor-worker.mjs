@@ -22,8 +22,12 @@ const pin = () => String(crypto.randomInt(1_000_000)).padStart(6, '0');
 const qr = () => crypto.randomBytes(18).toString('base64url');
 const sorted = (d) => [d.width, d.height, d.length].sort((a, b) => a - b);
 
-/** A booker on the SQLite file: book(request) queues, batches run on setImmediate. */
-export function makeBooker(file) {
+/**
+ * A booker on the SQLite file: book(request) queues, batches run on setImmediate. minimal: the
+ * least any durable booking can write (the locker taken, one row holding the whole booking as
+ * JSON, no secondary index), a lower bound for every storage design, not a design of ours.
+ */
+export function makeBooker(file, { minimal = false } = {}) {
   const db = new Database(file);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
@@ -41,6 +45,8 @@ export function makeBooker(file) {
   const insertCodes = db.prepare(
     `INSERT INTO access_codes (uid, shipment_uid, tenant_uid, pup_uid, locker_uid, usage, type, value, valid, shared, created_at, invalidated_at) VALUES ${Array(5).fill(CODE_ROW).join(', ')} ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING RETURNING uid`,
   );
+  db.exec('CREATE TABLE IF NOT EXISTS floor_minimal_bookings (uid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID');
+  const insertMinimal = db.prepare('INSERT INTO floor_minimal_bookings (uid, body) VALUES (?, ?)');
   const [begin, commit, savepoint, release, rollbackTo] = ['BEGIN', 'COMMIT', 'SAVEPOINT job', 'RELEASE SAVEPOINT job', 'ROLLBACK TO SAVEPOINT job'].map((s) => db.prepare(s));
 
   function bookOne(m) {
@@ -56,6 +62,11 @@ export function makeBooker(file) {
       }
     }
     if (!locker) return { success: false, error: 'NoLockerAvailable', message: 'no fitting locker is free' };
+    if (minimal) {
+      const codes = { dropOffPin: pin(), pickUpPin: pin(), dropOffQr: qr(), pickUpQr: qr(), linkCode: qr() };
+      insertMinimal.run(s, JSON.stringify({ ...m, lockerUid: locker.uid, state: 'ReadyForDropoff', at: now, codes, outbox: [{ eventId: uid(), sequence: 1 }] }));
+      return { success: true, error: null, message: null, shipmentUid: s, lockerName: locker.name, dropOffCode: codes.dropOffPin, pickUpCode: codes.pickUpPin };
+    }
     const row = { uid: s, tenant_uid: m.tenantUid, type_code: 'LocalPupShipment', flow: 'local', state_code: 'ReadyForDropoff', active: 1, state_start: now, created_at: now, updated_at: now, reference_no: m.referenceNo ?? null, reference_case_no: null, description: null, from_user_uid: m.fromUserUid, to_user_uid: m.toUserUid, from_address: null, to_address: null, receiver_delayed: 0, keep_booked: 0, pup_uid: m.pupUid, locker_uid: locker.uid, width: m.dimension.width, height: m.dimension.height, length: m.dimension.length, swaps_shipment_uid: null, prior_shipment_uid: null, waits_on_uid: null, wait_kind: null, drop_off_deadline: now, seq: 1 };
     insertShipment.run(SHIPMENT_COLS.map((c) => row[c]));
     insertTransition.run(s, 1, m.tenantUid, null, 'ReadyForDropoff', 'api', 'CreateLocalShipment', now);
@@ -109,7 +120,7 @@ export function makeBooker(file) {
 
 if (parentPort && workerData?.file) {
   // writer thread: requests arrive as [id, request], answers go back as [id, answer] pairs
-  const booker = makeBooker(workerData.file);
+  const booker = makeBooker(workerData.file, { minimal: !!workerData.minimal });
   parentPort.on('message', ([id, m]) => {
     void booker.book(m).then((answer) => parentPort.postMessage([id, answer]));
   });
