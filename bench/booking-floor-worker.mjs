@@ -26,8 +26,10 @@ const sorted = (d) => [d.width, d.height, d.length].sort((a, b) => a - b);
  * A booker on the SQLite file: book(request) queues, batches run on setImmediate. minimal: the
  * least any durable booking can write (the locker taken, one row holding the whole booking as
  * JSON, no secondary index), a lower bound for every storage design, not a design of ours.
+ * appendOnly: lower still, the free lockers are held in memory (loaded once) and a booking is
+ * only the append of its JSON row (a log from which every table would have to be derived).
  */
-export function makeBooker(file, { minimal = false } = {}) {
+export function makeBooker(file, { minimal = false, appendOnly = false } = {}) {
   const db = new Database(file);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
@@ -47,6 +49,15 @@ export function makeBooker(file, { minimal = false } = {}) {
   );
   db.exec('CREATE TABLE IF NOT EXISTS floor_minimal_bookings (uid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID');
   const insertMinimal = db.prepare('INSERT INTO floor_minimal_bookings (uid, body) VALUES (?, ?)');
+  /** appendOnly: free lockers per PUP in candidate order, in memory */
+  const free = new Map();
+  if (appendOnly) {
+    const all = db.prepare("SELECT uid, name, pup_uid, width, height, length FROM lockers WHERE active = 1 AND booked_shipment_uid IS NULL ORDER BY pup_uid, width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, name").all();
+    for (const l of all) {
+      if (!free.has(l.pup_uid)) free.set(l.pup_uid, []);
+      free.get(l.pup_uid).push(l);
+    }
+  }
   const [begin, commit, savepoint, release, rollbackTo] = ['BEGIN', 'COMMIT', 'SAVEPOINT job', 'RELEASE SAVEPOINT job', 'ROLLBACK TO SAVEPOINT job'].map((s) => db.prepare(s));
 
   function bookOne(m) {
@@ -54,6 +65,18 @@ export function makeBooker(file, { minimal = false } = {}) {
     const s = uid();
     const want = sorted(m.dimension);
     let locker = null;
+    if (appendOnly) {
+      const list = free.get(m.pupUid) ?? [];
+      const i = list.findIndex((c) => {
+        const have = sorted(c);
+        return have[0] >= want[0] && have[1] >= want[1] && have[2] >= want[2];
+      });
+      if (i < 0) return { success: false, error: 'NoLockerAvailable', message: 'no fitting locker is free' };
+      locker = list.splice(i, 1)[0];
+      const codes = { dropOffPin: pin(), pickUpPin: pin(), dropOffQr: qr(), pickUpQr: qr(), linkCode: qr() };
+      insertMinimal.run(s, JSON.stringify({ ...m, lockerUid: locker.uid, state: 'ReadyForDropoff', at: now, codes, outbox: [{ eventId: uid(), sequence: 1 }] }));
+      return { success: true, error: null, message: null, shipmentUid: s, lockerName: locker.name, dropOffCode: codes.dropOffPin, pickUpCode: codes.pickUpPin };
+    }
     for (const c of candidates.all(m.pupUid, m.dimension.width * m.dimension.height * m.dimension.length)) {
       const have = sorted(c);
       if (have[0] >= want[0] && have[1] >= want[1] && have[2] >= want[2] && take.run(s, now, c.uid).changes === 1) {
@@ -120,7 +143,7 @@ export function makeBooker(file, { minimal = false } = {}) {
 
 if (parentPort && workerData?.file) {
   // writer thread: requests arrive as [id, request], answers go back as [id, answer] pairs
-  const booker = makeBooker(workerData.file, { minimal: !!workerData.minimal });
+  const booker = makeBooker(workerData.file, { minimal: !!workerData.minimal, appendOnly: !!workerData.appendOnly });
   parentPort.on('message', ([id, m]) => {
     void booker.book(m).then((answer) => parentPort.postMessage([id, answer]));
   });

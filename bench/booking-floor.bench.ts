@@ -9,9 +9,10 @@
 //    and awaits the answer), so SQLite's work runs beside the HTTP work;
 // 4.-6. the statements inline with indexes removed: the nine listing/filter indexes of shipments,
 //    the two secondary indexes of access_codes, then both; what the data model's indexes cost;
-// 7. both at once, the most favourable case: writer thread and no secondary indexes;
-// 8.-9. a lower bound for ANY storage design: the locker taken plus one row per booking that
-//    holds all of it as JSON (no codes table, no outbox table, no index), inline and threaded.
+// 7. both at once: writer thread and no secondary indexes;
+// 8.-9. a lower bound for a row-based design: the locker taken plus one row per booking that
+//    holds all of it as JSON (no codes table, no outbox table, no index), inline and threaded;
+// 10.-11. lower still, a log design: free lockers held in memory, a booking is one appended row.
 //
 // This is the ceiling the real endpoint (shipments.bench.ts) can approach; it is not the product.
 import fs from 'node:fs';
@@ -62,7 +63,7 @@ async function template(dir: string): Promise<{ file: string; tenantUid: string;
   return { file, tenantUid: t.uid, mainUid: t.main_account_uid, user, pups };
 }
 
-async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', minimal = false): Promise<{ name: string; load: Load; batch: string }> {
+async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean } = {}): Promise<{ name: string; load: Load; batch: string }> {
   const file = path.join(dir, `${name.replace(/\W+/g, '-')}.db`);
   fs.copyFileSync(tpl.file, file);
   if (drop.length) {
@@ -75,10 +76,10 @@ async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, n
   const waiting = new Map<number, (v: unknown) => void>();
   let seq = 0;
   if (mode === 'inline') {
-    const mod = (await import(pathToFileURL(WORKER).href)) as { makeBooker(file: string, opts?: { minimal?: boolean }): Booker };
-    booker = mod.makeBooker(file, { minimal });
+    const mod = (await import(pathToFileURL(WORKER).href)) as { makeBooker(file: string, opts?: { minimal?: boolean; appendOnly?: boolean }): Booker };
+    booker = mod.makeBooker(file, design);
   } else {
-    worker = new Worker(WORKER, { workerData: { file, minimal } });
+    worker = new Worker(WORKER, { workerData: { file, ...design } });
     worker.on('message', ([id, answer]: [number, unknown]) => {
       waiting.get(id)?.(answer);
       waiting.delete(id);
@@ -125,9 +126,11 @@ export default async function (): Promise<{ title: string; markdown: string }> {
       await variant(tpl, dir, 'on the event-loop thread, without the 9 shipment listing indexes', LISTING_INDEXES, 'inline'),
       await variant(tpl, dir, 'on the event-loop thread, without the 2 access-code indexes', CODE_INDEXES, 'inline'),
       await variant(tpl, dir, 'on the event-loop thread, without both', [...LISTING_INDEXES, ...CODE_INDEXES], 'inline'),
-      await variant(tpl, dir, 'in a writer thread, without both (most favourable)', [...LISTING_INDEXES, ...CODE_INDEXES], 'thread'),
-      await variant(tpl, dir, 'lower bound of any design: the locker taken + one JSON row per booking, event-loop thread', [], 'inline', true),
-      await variant(tpl, dir, 'lower bound of any design, in a writer thread', [], 'thread', true),
+      await variant(tpl, dir, 'in a writer thread, without both', [...LISTING_INDEXES, ...CODE_INDEXES], 'thread'),
+      await variant(tpl, dir, 'lower bound of a row-based design: the locker taken + one JSON row per booking, event-loop thread', [], 'inline', { minimal: true }),
+      await variant(tpl, dir, 'lower bound of a row-based design, in a writer thread', [], 'thread', { minimal: true }),
+      await variant(tpl, dir, 'lower bound of a log design: lockers allocated in memory, one JSON row appended per booking, event-loop thread', [], 'inline', { appendOnly: true }),
+      await variant(tpl, dir, 'lower bound of a log design, in a writer thread', [], 'thread', { appendOnly: true }),
     ];
     const f = (n: number) => Math.round(n).toLocaleString('en');
     const lines = [
