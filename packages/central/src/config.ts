@@ -28,6 +28,10 @@ export const ConfigSchema = z
         // commits on power loss (never corrupts). Set explicitly on every open.
         sqliteSynchronous: z.enum(['FULL', 'NORMAL', 'EXTRA']).default('FULL'),
         poolSize: z.coerce.number().int().min(1).max(100).default(10),
+        // PostgreSQL: the booking's hot statements as named prepared statements (parsed once per
+        // connection). Turn off behind a pooler in transaction mode that cannot carry them
+        // (PgBouncer before 1.21, or without max_prepared_statements).
+        pgPreparedStatements: z.boolean().default(true),
       })
       .strict()
       .prefault({}),
@@ -131,6 +135,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_DATABASE_URL: ['database', 'url'],
   LOCKER_DATABASE_SQLITE_SYNCHRONOUS: ['database', 'sqliteSynchronous'],
   LOCKER_DATABASE_POOL_SIZE: ['database', 'poolSize'],
+  LOCKER_DATABASE_PG_PREPARED_STATEMENTS: ['database', 'pgPreparedStatements'],
   LOCKER_AUTH_TOKEN_LIFETIME_SECONDS: ['auth', 'tokenLifetimeSeconds'],
   LOCKER_AUTH_TOKEN_SIGNING_KEY: ['auth', 'tokenSigningKey'],
   LOCKER_LOG_LEVEL: ['log', 'level'],

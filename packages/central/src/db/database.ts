@@ -26,6 +26,8 @@ export interface OpenDatabaseOptions {
   url: string;
   sqliteSynchronous?: 'FULL' | 'NORMAL' | 'EXTRA';
   poolSize?: number;
+  /** PostgreSQL: send the registered hot statements as named prepared statements (default true) */
+  pgPreparedStatements?: boolean;
   /** PostgreSQL schema to use (created if missing); tests use one per test file. */
   pgSchema?: string;
 }
@@ -59,7 +61,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
       /* idle client errors are surfaced on the next query */
     });
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-    const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool: withPreparedStatements(pool) }) });
+    const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool: opts.pgPreparedStatements === false ? pool : withPreparedStatements(pool) }) });
     return makeDb(kysely, 'postgres', { pool }, schema);
   }
   const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');
