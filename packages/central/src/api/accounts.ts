@@ -5,7 +5,7 @@ import multipart from '@fastify/multipart';
 import { z } from 'zod';
 import type { AppContext } from '../context';
 import { ApiError, invalidRequest } from '../errors';
-import { envelope, envelopeShape, optBool, optStr, pageInfo, paged, pagingRequestShape } from '../http/envelope';
+import { envelope, envelopeShape, optBool, optStr, pageInfo, paged, pagingRequestShape, searchStr } from '../http/envelope';
 import { accountPost } from '../accounts/route';
 import { AccountService, FLAG_NAMES } from '../accounts/service';
 import { SuggestionService } from '../accounts/suggestions/store';
@@ -143,12 +143,12 @@ export async function accountRoutes(app: FastifyInstance, ctx: AppContext): Prom
     description: 'Fields whose include flag is false are omitted from the items.',
     body: z.object({
       ...pagingRequestShape,
-      userName: optStr(),
-      emailAddress: optStr(),
-      fullName: optStr(),
-      pupUid: optStr(),
-      phoneNumber: optStr(),
-      mailCode: optStr(),
+      userName: searchStr(),
+      emailAddress: searchStr(),
+      fullName: searchStr(),
+      pupUid: searchStr(),
+      phoneNumber: searchStr(),
+      mailCode: searchStr(),
       includeEmail: optBool().describe('default true'),
       includeFullName: optBool().describe('default true'),
       includeMainPup: optBool().describe('default true'),
@@ -268,7 +268,7 @@ export async function accountRoutes(app: FastifyInstance, ctx: AppContext): Prom
     path: '/v1/Account/GetAccountSuggestions',
     summary: 'Suggestions of the active upload (extension: not in the API document)',
     description: 'searchText matches e-mail address, first or last name (every term, case-insensitive); pupUid filters on the suggested pick up point.',
-    body: z.object({ ...pagingRequestShape, searchText: optStr(), pupUid: optStr() }),
+    body: z.object({ ...pagingRequestShape, searchText: searchStr(), pupUid: searchStr() }),
     response: paged(SuggestionItem, { reference: nstr(), dateTime: nstr().describe('ISO 8601 UTC time of the active upload') }),
     handler: async (b, req) => {
       const r = await suggestions.list(req.tenant, b);

@@ -47,6 +47,12 @@ export type Dimension = z.infer<typeof Dimension>;
 
 /** Optional strings in requests may also be sent as null (API conventions). */
 export const optStr = () => z.string().nullish();
+/**
+ * An optional search filter (matched with LIKE): bounded, so a huge value is a clear
+ * InvalidRequest naming the field instead of a database error (SQLite refuses LIKE patterns over
+ * 50,000 bytes). 320 characters hold the longest e-mail address.
+ */
+export const searchStr = () => z.string().max(320).nullish();
 export const optBool = () => z.boolean().nullish();
 
 /** Fills the success envelope on a handler's result. */

@@ -49,7 +49,8 @@ export async function readRoutes(app: FastifyInstance, ctx: AppContext): Promise
             tenantUid: req.tenant.uid,
             typeCode,
             active: b.activeShipments ?? null,
-            states: b.shipmentState ?? null,
+            // each state once: a body may repeat them (the IN list stays within database limits)
+            states: b.shipmentState ? [...new Set(b.shipmentState)] : null,
             userUid: b.userUid ?? null,
             bookedPupUid: b.bookedPupUid ?? null,
             shipmentUid: b.shipmentUid ?? null,
