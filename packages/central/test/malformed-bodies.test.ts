@@ -355,7 +355,7 @@ run(`limits of every field of every /v1/ endpoint [${engine}] (deterministic swe
     target = { app: big.app, token: await big.token('tenant-a') };
   });
   afterAll(async () => big?.close());
-  type Leaf = { path: (string | number)[]; kind: 'string' | 'array'; item?: any };
+  type Leaf = { path: (string | number)[]; kind: 'string' | 'array' | 'integer' | 'number'; item?: any };
   /** every string or array field the schema allows, nested objects included */
   function leaves(schema: any, prefix: (string | number)[] = [], depth = 0, out: Leaf[] = []): Leaf[] {
     if (depth > 6 || !schema) return out;
@@ -364,6 +364,9 @@ run(`limits of every field of every /v1/ endpoint [${engine}] (deterministic swe
     const types: unknown[] = Array.isArray(s.type) ? s.type : [s.type];
     if (prefix.length && types.includes('string') && !out.some((l) => l.kind === 'string' && l.path.join('.') === prefix.join('.'))) out.push({ path: prefix, kind: 'string' });
     if (prefix.length && types.includes('array') && !out.some((l) => l.kind === 'array' && l.path.join('.') === prefix.join('.'))) out.push({ path: prefix, kind: 'array', item: s.items });
+    for (const kind of ['integer', 'number'] as const) {
+      if (prefix.length && types.includes(kind) && !out.some((l) => l.kind === kind && l.path.join('.') === prefix.join('.'))) out.push({ path: prefix, kind });
+    }
     for (const [k, sub] of Object.entries((s.properties ?? {}) as Record<string, unknown>)) leaves(sub, [...prefix, k], depth + 1, out);
     return out;
   }
@@ -379,7 +382,7 @@ run(`limits of every field of every /v1/ endpoint [${engine}] (deterministic swe
     return copy;
   }
   for (const url of routeUrls) {
-    it(`${url}: a 60,000-character string or a 70,000-element array in any field is never a 5xx`, async () => {
+    it(`${url}: a 60,000-character string, a 70,000-element array or an extreme number in any field is never a 5xx`, async () => {
       const bodySchema = doc.paths?.[url]?.post?.requestBody?.content?.['application/json']?.schema ?? { type: 'object' };
       // a minimal valid body (required fields only: optional ones such as a random pupUid would
       // be refused before the field under test reaches the store)
@@ -387,12 +390,18 @@ run(`limits of every field of every /v1/ endpoint [${engine}] (deterministic swe
       const required = new Set<string>(deref(bodySchema).required ?? []);
       const base = sample && typeof sample === 'object' && !Array.isArray(sample) ? Object.fromEntries(Object.entries(sample).filter(([k]) => required.has(k))) : sample;
       for (const leaf of leaves(bodySchema)) {
-        const value: Json =
+        const values: Json[] =
           leaf.kind === 'string'
-            ? 'x'.repeat(60_000)
-            : Array.from({ length: 70_000 }, () => fc.sample(valid(leaf.item ?? { type: 'string' }), { numRuns: 1, seed: 7 })[0] as Json);
-        const r = asJson(`${leaf.path.join('.')} at its limit (${leaf.kind})`)(put(base as Json, leaf.path, value));
-        checkEnvelope(url, r, await send(url, r, true, target));
+            ? ['x'.repeat(60_000)]
+            : leaf.kind === 'array'
+              ? [Array.from({ length: 70_000 }, () => fc.sample(valid(leaf.item ?? { type: 'string' }), { numRuns: 1, seed: 7 })[0] as Json)]
+              : leaf.kind === 'integer'
+                ? [Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 2 ** 31, 0]
+                : [1e308, -1e308, 5e-324, 0];
+        for (const value of values) {
+          const r = asJson(`${leaf.path.join('.')} at its limit (${leaf.kind} ${typeof value === 'number' ? value : ''})`)(put(base as Json, leaf.path, value));
+          checkEnvelope(url, r, await send(url, r, true, target));
+        }
       }
     });
   }
