@@ -42,6 +42,24 @@ describeEngines('token endpoint and bearer auth', (engine) => {
     expect(row.secret_hash.startsWith('scrypt$')).toBe(true);
   });
 
+  it('client credentials in HTTP Basic auth; malformed Basic credentials are invalid_client, never a 500', async () => {
+    const basic = (cred: string) =>
+      t.app.inject({
+        method: 'POST',
+        url: '/connect/token',
+        payload: form({ grant_type: 'client_credentials', scope: 'integration_api' }),
+        headers: { 'content-type': 'application/x-www-form-urlencoded', authorization: `Basic ${Buffer.from(cred).toString('base64')}` },
+      });
+    const good = await basic(`${encodeURIComponent(TENANT_A.clientId)}:${encodeURIComponent(TENANT_A.clientSecret)}`);
+    expect(good.statusCode).toBe(200);
+    expect(typeof good.json().access_token).toBe('string');
+    for (const cred of ['%:x', `${TENANT_A.clientId}:%zz`, `${TENANT_A.clientId}:%E0%A4%A`, 'no-colon-at-all', ':', '']) {
+      const res = await basic(cred);
+      expect(res.statusCode, cred).toBe(401);
+      expect(res.json(), cred).toMatchObject({ error: 'invalid_client' });
+    }
+  });
+
   it('answers /v1/ calls without or with a bad token with 401 Unauthorized in the envelope', async () => {
     for (const tok of [null, 'garbage', 'v1.e30.abc']) {
       const res = await t.post('/v1/PickupPoints/GetPickUpPoints', { pageNo: 1, pageSize: 10 }, tok);

@@ -38,9 +38,21 @@ export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
       let clientSecret = body.client_secret;
       const auth = req.headers.authorization;
       if (!clientId && auth?.startsWith('Basic ')) {
-        const [id, secret] = Buffer.from(auth.slice(6), 'base64').toString('utf8').split(':');
-        clientId = decodeURIComponent(id ?? '');
-        clientSecret = decodeURIComponent(secret ?? '');
+        // RFC 6749 2.3.1: percent-encoded id and secret, joined by the FIRST colon (RFC 7617: the
+        // secret may contain colons). Malformed percent-encoding is a bad credential, not a fault.
+        const decoded = Buffer.from(auth.slice(6), 'base64').toString('utf8');
+        const colon = decoded.indexOf(':');
+        const formDecode = (v: string) => {
+          try {
+            return decodeURIComponent(v); // '+' is kept as is: clients rarely form-encode it
+          } catch {
+            return undefined;
+          }
+        };
+        if (colon > 0) {
+          clientId = formDecode(decoded.slice(0, colon));
+          clientSecret = formDecode(decoded.slice(colon + 1));
+        }
       }
       const fail = (status: number, error: string, error_description: string) => reply.code(status as 400).header('cache-control', 'no-store').send({ error, error_description });
       if (!body.grant_type) return fail(400, 'invalid_request', 'grant_type is required');
