@@ -262,6 +262,23 @@ describeEngines('UploadAccountSuggestions and GetAccountSuggestions', (engine) =
     expect(got.items.map((x: { emailAddress: string }) => x.emailAddress).sort()).toEqual(Array.from({ length: 30 }, (_, i) => `${tag}-${i}@example.test`).sort());
   });
 
+  it('a NUL character in the reference, the file name or a cell is refused, never a 500 (PostgreSQL text cannot hold it)', async () => {
+    const withNulRef = await upload([dataPart('list\u0000one'), filePart('nul.csv', csv(row('nul-ref@example.test')))]);
+    expect(withNulRef).toMatchObject({ status: 400, body: { success: false, error: 'InvalidRequest', message: expect.stringContaining('data.reference') } });
+    const withNulName = await upload([dataPart('nul name'), filePart('n\u0000ul.csv', csv(row('nul-name@example.test')))]);
+    expect(withNulName.status).toBeLessThan(500);
+    expect(withNulName.body.success === false ? withNulName.body.error : 'ok').toMatch(/InvalidRequest|MissingFile|ok/);
+    // a CSV with NUL bytes is not a text file at all
+    const csvNul = await upload([dataPart('nul csv'), filePart('nul.csv', csv(row('nul-csv@example.test', '', '', 'An\u0000na')))]);
+    expect(csvNul).toMatchObject({ status: 400, body: { success: false, error: 'InvalidImportType' } });
+    // a spreadsheet cell can hold one: that row is an error, the others are imported
+    const sheet = workbook([[...COLUMNS], ['nul-cell@example.test', '', '', 'An\u0000na', '', '', ''], ['fine@example.test', '', '', 'Fine', '', '', '']], 'xlsx');
+    const withNulCell = await upload([dataPart('nul cells'), filePart('nul.xlsx', sheet)]);
+    expect(withNulCell.status).toBe(200);
+    expect(withNulCell.body).toMatchObject({ success: true, importedCount: 1, errorCount: 1 });
+    expect(withNulCell.body.errorLogs).toEqual([{ id: 'row 2', message: expect.stringContaining('FirstName: contains the NUL character') }]);
+  });
+
   it('documents the upload in OpenAPI as multipart', async () => {
     const res = await t.app.inject({ method: 'GET', url: '/docs/json' });
     const op = res.json().paths['/v1/Account/UploadAccountSuggestions'].post;

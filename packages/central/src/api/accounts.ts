@@ -314,7 +314,9 @@ async function readUpload(req: FastifyRequest, limit: number): Promise<{ referen
   const ref = refKey ? (data as Record<string, unknown>)[refKey] : undefined;
   if (ref !== undefined && ref !== null && typeof ref !== 'string') throw invalidRequest('data.reference: must be a string or null');
   if (typeof ref === 'string' && ref.length > 200) throw invalidRequest('data.reference: at most 200 characters');
+  if (typeof ref === 'string' && ref.includes('\u0000')) throw invalidRequest('data.reference: must not contain the NUL character (U+0000)');
   if (!file) throw new ApiError('NoRequestFile', 'file: the request file part is missing', 400);
   if (!file.name.trim() || file.bytes.length === 0) throw new ApiError('MissingFile', 'file: no file specified (the file part has no file name or is empty)', 400);
+  if (file.name.includes('\u0000')) throw invalidRequest('file: the file name must not contain the NUL character (U+0000)');
   return { reference: typeof ref === 'string' && ref.trim() ? ref.trim() : null, fileName: file.name.trim(), bytes: file.bytes };
 }

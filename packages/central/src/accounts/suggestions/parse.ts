@@ -212,6 +212,8 @@ export function validateRows(all: string[][], resolvePup: (value: string) => str
       if (!pup) problems.push('PickUpPoint: unknown pick up point or not one you manage');
     }
     for (const c of ['FirstName', 'LastName', 'Remarks'] as const) if (cell(c).length > (c === 'Remarks' ? 500 : 100)) problems.push(`${c}: too long`);
+    // PostgreSQL text cannot hold U+0000; a cell with it is an error of its row on both engines
+    for (const c of COLUMNS) if (cell(c).includes('\u0000')) problems.push(`${c}: contains the NUL character`);
     if (problems.length) {
       errors.push({ id: `row ${rowNo}`, message: problems.join('; ') });
       continue;
