@@ -116,6 +116,21 @@ describeEngines('edge sync with a scripted terminal', (engine) => {
     await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('outcome').where('seq', '=', again.seq).where('terminal_id', '=', 'term-a1').executeTakeFirst())?.outcome?.startsWith('rejected:'), 'second drop-off rejected');
   });
 
+  it('events with control characters in an id or a timestamp that is no time are dropped, and the next event still lands', async () => {
+    const poison = [
+      { ...event('doorClosed', { bus: 'bus0', board: 0, lock: 1, item: false }), eventId: 'evil\u0000id' },
+      { ...event('doorClosed', { bus: 'bus0', board: 0, lock: 1, item: false }), at: 'not a time' },
+      { ...event('doorClosed', { bus: 'bus0', board: 0, lock: 1, item: false }), at: '2026-03-01T10:00:00\u0000Z' },
+    ];
+    // each PUBACK arrives (nothing is retried forever; PostgreSQL cannot store U+0000)
+    for (const p of poison) await term.publishAsync(`${P}/up/events`, JSON.stringify(p), { qos: 1 });
+    const fine = event('doorClosed', { bus: 'bus0', board: 0, lock: 1, item: false });
+    await term.publishAsync(`${P}/up/events`, JSON.stringify(fine), { qos: 1 });
+    const ids = (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('terminal_id', '=', 'term-a1').execute()).map((r) => r.event_id);
+    expect(ids).toContain(fine.eventId);
+    for (const p of poison) expect(ids).not.toContain(p.eventId);
+  });
+
   it('gateway: ack ok -> unlocked, ack error -> UnlockFailed, no ack -> UnlockFailed; offline -> UnlockFailed', async () => {
     const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
     let answer: 'ok' | 'fault' | 'none' = 'ok';

@@ -29,8 +29,13 @@ export function hashCode(value: string): string {
 }
 
 const v = z.literal(EDGE_PROTOCOL_VERSION);
-const iso = z.string().min(1);
-const id = z.string().min(1).max(200);
+// No control characters in what the central stores (PostgreSQL text cannot hold U+0000, and a
+// message the store refuses would be retried forever instead of acknowledged).
+const CONTROL = /[\u0000-\u001f\u007f]/;
+const text = (max: number) => z.string().min(1).max(max).refine((s) => !CONTROL.test(s), 'must not contain control characters');
+/** a timestamp: ISO 8601 that parses */
+const iso = text(64).refine((s) => !Number.isNaN(Date.parse(s)), 'must be an ISO 8601 timestamp');
+const id = text(200);
 
 export const LockRef = z.object({ bus: z.string().min(1), board: z.number().int().min(0).max(255), lock: z.number().int().min(1).max(255) });
 export type LockRef = z.infer<typeof LockRef>;
