@@ -16,22 +16,10 @@ import { accountRoutes } from './api/accounts';
 import { logisticsRoutes } from './api/logistics';
 import { platformRoutes } from './api/platform';
 import { idempotencyPlugin } from './http/idempotency';
+import { findNul } from './nul';
 
 function envelopeError(reply: FastifyReply, status: number, code: string, message: string) {
   return reply.code(status).type('application/json; charset=utf-8').send({ success: false, error: code, message });
-}
-
-/** The path of the first string (value or key) containing U+0000, or null. */
-export function findNul(v: unknown, path = '', depth = 0): string | null {
-  if (typeof v === 'string') return v.includes('\u0000') ? path || '(body)' : null;
-  if (depth > 64 || !v || typeof v !== 'object') return null;
-  for (const [k, c] of Object.entries(v as Record<string, unknown>)) {
-    const p = path ? `${path}.${k}` : k;
-    if (k.includes('\u0000')) return p;
-    const hit = findNul(c, p, depth + 1);
-    if (hit) return hit;
-  }
-  return null;
 }
 
 function fieldPath(instancePath: string | undefined): string {

@@ -150,6 +150,18 @@ describeEngines('provisioning', (engine) => {
     expect(await snapshot(t)).toEqual(before);
   });
 
+  it('a NUL character anywhere is PROVISIONING_INVALID naming the field, and nothing is applied', async () => {
+    const before = await snapshot(t);
+    const site = testSite();
+    site.pickupPoints![0]!.name = 'Should Not Be Applied';
+    site.pickupPoints![1]!.locationAddress!.city = 'Amster\u0000dam';
+    const e = await provisioningError(t.provision(site));
+    expect(e.code).toBe('PROVISIONING_INVALID');
+    expect(e.message).toContain('pickupPoints.1.locationAddress.city');
+    expect(e.message).toContain('NUL');
+    expect(await snapshot(t)).toEqual(before);
+  });
+
   it('a duplicate locker name or lock position within a PUP is rejected', async () => {
     const dupName = testSite();
     dupName.pickupPoints![0]!.lockers![1]!.name = 'A1-01';

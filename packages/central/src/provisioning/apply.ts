@@ -9,6 +9,7 @@ import type { Clock } from '../clock';
 import { newUid, toDbTime } from '../ids';
 import { hashSecret, isHash, verifySecret } from '../auth/secrets';
 import { ProvisioningFile, type ProvisioningInput } from './schema';
+import { findNul } from '../nul';
 
 export class ProvisioningError extends Error {
   constructor(
@@ -41,6 +42,9 @@ export function readProvisioningFile(file: string): unknown {
 }
 
 export function parseProvisioning(input: unknown): ProvisioningFile {
+  // PostgreSQL text cannot hold U+0000: refuse it up front, naming the field, on both engines
+  const nul = findNul(input);
+  if (nul) throw new ProvisioningError('PROVISIONING_INVALID', `invalid provisioning file: ${nul}: must not contain the NUL character (U+0000)`);
   const res = ProvisioningFile.safeParse(input);
   if (!res.success) {
     const msgs = res.error.issues.slice(0, 10).map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
