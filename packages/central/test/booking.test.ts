@@ -88,6 +88,17 @@ describeEngines('booking engine', (engine) => {
     await cancelAll([a.shipmentUid, b.shipmentUid, c.shipmentUid]);
   });
 
+  it('extreme dimensions: too large is NoLockerAvailable, below 1 cm is InvalidRequest, never a 500', async () => {
+    for (const allow of [true, false]) {
+      for (const d of [{ width: 1e308, height: 1e308, length: 1e308 }, { width: 1e308, height: 10, length: 10 }, { width: Number.MAX_SAFE_INTEGER, height: 2, length: 2 }]) {
+        await fails(book({ Dimension: d, AllowLargerLockers: allow }), 'NoLockerAvailable');
+      }
+      const tiny = await book({ Dimension: { width: 5e-324, height: 10, length: 10 }, AllowLargerLockers: allow });
+      expect(tiny.status).toBe(400);
+      expect(tiny.body.error).toBe('InvalidRequest');
+    }
+  });
+
   it('a normal locker before a cooled one of the same size', async () => {
     const got = [];
     for (let i = 0; i < 3; i++) got.push(await ok(book({ Dimension: M, AllowLargerLockers: false })));
