@@ -131,6 +131,21 @@ describeEngines('edge sync with a scripted terminal', (engine) => {
     for (const p of poison) expect(ids).not.toContain(p.eventId);
   });
 
+  it('a terminal sequence number beyond 32 bits is stored (the journal row id is 64-bit), and the next event too', async () => {
+    const far = { ...event('doorClosed', { bus: 'bus0', board: 0, lock: 1, item: false }), seq: 2 ** 31 + 5 };
+    await term.publishAsync(`${P}/up/events`, JSON.stringify(far), { qos: 1 });
+    const next = { ...event('doorClosed', { bus: 'bus0', board: 0, lock: 1, item: false }), seq: 2 ** 31 + 6 };
+    await term.publishAsync(`${P}/up/events`, JSON.stringify(next), { qos: 1 });
+    const rows = await t.ctx.db.kysely.selectFrom('edge_events').select(['event_id', 'seq']).where('event_id', 'in', [far.eventId, next.eventId]).orderBy('seq').execute();
+    expect(rows.map((r) => [r.event_id, Number(r.seq)])).toEqual([
+      [far.eventId, 2 ** 31 + 5],
+      [next.eventId, 2 ** 31 + 6],
+    ]);
+    const term0 = await t.ctx.db.kysely.selectFrom('edge_terminals').select('last_seq').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow();
+    expect(Number(term0.last_seq)).toBe(2 ** 31 + 6);
+    seq = 2 ** 31 + 6; // later events of this suite continue from here
+  });
+
   it('gateway: ack ok -> unlocked, ack error -> UnlockFailed, no ack -> UnlockFailed; offline -> UnlockFailed', async () => {
     const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
     let answer: 'ok' | 'fault' | 'none' = 'ok';

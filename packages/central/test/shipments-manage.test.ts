@@ -43,6 +43,13 @@ describeEngines('shipments: managing', (engine) => {
     expect(list.items[0]).toEqual({ shipmentObjectUid: a.shipmentObjectUid, referenceNo: 'O-1', description: 'drill', weight: 1200, count: 2, dimension: obj.dimension });
     expect(list.items[1]).toMatchObject({ shipmentObjectUid: b.shipmentObjectUid, objectTypeUid: 'type-x' });
     await fails(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: { ...obj, weight: 1.5 } }), 'InvalidRequest');
+    // stored as 32-bit integers on both engines: larger is a clear InvalidRequest, not a 500
+    for (const big of [{ weight: 2 ** 31 }, { count: 2 ** 31 }, { weight: Number.MAX_SAFE_INTEGER }]) {
+      const r = await fails(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: { ...obj, ...big } }), 'InvalidRequest');
+      expect(r.message).toMatch(/weight|count/);
+    }
+    const maxed = await ok(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: { ...obj, weight: 2 ** 31 - 1, count: 2 ** 31 - 1 } }));
+    await ok(t.post('/v1/Logistics/RemoveShipmentObject', { shipmentUid: uid, shipmentObjectUid: maxed.shipmentObjectUid }));
     await fails(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: { ...obj, dimension: { width: 0, height: 1, length: 1 } } }), 'InvalidRequest');
     const r = await ok(t.post('/v1/Logistics/RemoveShipmentObject', { shipmentUid: uid, shipmentObjectUid: a.shipmentObjectUid }));
     expect(r).toMatchObject({ shipmentUid: uid, shipmentObjectUid: a.shipmentObjectUid });

@@ -60,13 +60,16 @@ export const EmptyResponse = envelope({});
 
 // ---- managing ----
 
+const INT32_MAX = 2_147_483_647;
+
 export const ShipmentUidBody = z.object({ shipmentUid: uidStr() });
 export const SetDetailsBody = z.object({ shipmentUid: uidStr(), Description: optStr(), ReferenceNo: optStr(), ReferenceCaseNo: optStr() });
 export const ObjectDetails = z.object({
   referenceNo: optStr(),
   description: optStr(),
-  weight: z.number().int().min(0),
-  count: z.number().int().min(1),
+  // stored as 32-bit integers on both engines
+  weight: z.number().int().min(0).max(INT32_MAX),
+  count: z.number().int().min(1).max(INT32_MAX),
   dimension: Dimension,
   objectTypeUid: optStr(),
 });

@@ -9,6 +9,7 @@ import * as m202 from './202_booking_write_path';
 import * as m300 from './300_callbacks';
 import * as m301 from './301_outbox_indexes';
 import * as m400 from './400_edge';
+import * as m401 from './401_edge_seq_bigint';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -19,4 +20,5 @@ export const migrations: Record<string, Migration> = {
   '300_callbacks': m300,
   '301_outbox_indexes': m301,
   '400_edge': m400,
+  '401_edge_seq_bigint': m401,
 };
