@@ -180,6 +180,22 @@ describeEngines('accounts API', (engine) => {
       expect(again.body).toMatchObject({ success: true, isExisting: true, userUid: first.body.userUid, firstName: 'Jan' });
     });
 
+    it('concurrent calls for one new e-mail address create one account; every call succeeds with it', async () => {
+      const body = newAccount();
+      const res = await Promise.all(Array.from({ length: 8 }, () => t.post('/v1/Account/CreateOrGetAccount', body)));
+      for (const r of res) expect(r.body).toMatchObject({ success: true });
+      expect(new Set(res.map((r) => r.body.userUid)).size).toBe(1);
+      expect(res.filter((r) => r.body.isExisting === false)).toHaveLength(1);
+    });
+
+    it('concurrent CreateAccount calls for one e-mail address: one account, every other call EmailAlreadyRegistered', async () => {
+      const body = newAccount();
+      const res = await Promise.all(Array.from({ length: 8 }, () => t.post('/v1/Account/CreateAccount', body)));
+      for (const r of res) expect(r.status).toBeLessThan(500);
+      expect(res.filter((r) => r.body.success === true)).toHaveLength(1);
+      for (const r of res.filter((x) => x.body.success !== true)) expect(r.body.error).toBe('EmailAlreadyRegistered');
+    });
+
     it('updates the e-mail address of the account found by username', async () => {
       const userName = `login-${uniq()}`;
       const a = await create({ userName });
