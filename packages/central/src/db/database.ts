@@ -3,11 +3,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
-import { Kysely, Migrator, PostgresDialect, SqliteDialect, type MigrationProvider, type Migration } from 'kysely';
+import { Kysely, Migrator, SqliteDialect, type MigrationProvider, type Migration } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema';
 import { migrations as allMigrations } from './migrations/index';
 import { withPreparedStatements } from './pg-prepared';
+import { LockerPostgresDialect } from './pg-introspector';
 
 export type Engine = 'sqlite' | 'postgres';
 
@@ -61,7 +62,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
       /* idle client errors are surfaced on the next query */
     });
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-    const kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool: opts.pgPreparedStatements === false ? pool : withPreparedStatements(pool) }) });
+    const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: opts.pgPreparedStatements === false ? pool : withPreparedStatements(pool) }) });
     return makeDb(kysely, 'postgres', { pool }, schema);
   }
   const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');
