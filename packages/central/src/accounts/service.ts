@@ -13,6 +13,7 @@ import { canManageAccount } from './access';
 import { AccountFailure } from './route';
 import { generateMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
+import { containsPattern } from '../db/like';
 
 type Q = Kysely<Database> | Transaction<Database>;
 export type AccountRow = Selectable<AccountsTable>;
@@ -317,8 +318,7 @@ export class AccountService {
       throw new ApiError('InvalidPupUid', 'pupUid: unknown pick up point or not one you manage', 400);
     }
     if (tenant.pupUids.size === 0) return { items: [], total: 0, inc };
-    const like = (term: string) => `%${term.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-    const contains = (expr: ReturnType<typeof sql>, term: string) => sql<boolean>`lower(${expr}) like ${like(term)} escape '\\'`;
+    const contains = (expr: ReturnType<typeof sql>, term: string) => sql<boolean>`lower(${expr}) like ${containsPattern(term)} escape '\\'`;
 
     let base = this.db
       .selectFrom('accounts as a')

@@ -54,19 +54,9 @@ const createBody = z.object({
     .nullish(),
 });
 
-const createResultShape = {
-  userUid: nstr(),
-  userName: nstr(),
-  canManageUser: z.boolean(),
-  firstName: nstr(),
-  lastName: nstr(),
-  emailAddress: nstr(),
-  phoneNumber: nstr(),
-  mainPupUid: nstr(),
-  mainPupName: nstr(),
-  languageCode: nstr(),
-  mailCode: nstr(),
-};
+/** The create calls answer the account's fields without the address, plus canManageUser. */
+const { street: _street, mailbox: _mailbox, city: _city, countryCode: _countryCode, ...accountCoreShape } = accountFieldsShape;
+const createResultShape = { ...accountCoreShape, canManageUser: z.boolean() };
 
 /** SetAccountDetails answers the create result's fields except the user name. */
 const { userName: _userName, ...setDetailsResultShape } = createResultShape;

@@ -25,20 +25,8 @@ export interface ShipmentStatusEvent {
 /** The JSON body of a ShipmentStatusUpdate callback (docs/callbacks.md). */
 export interface ShipmentStatusMessage {
   messageType: 'ShipmentStatusUpdate';
-  message: {
-    shipmentUid: string;
-    stateCode: string;
-    stateStart: string;
-    shipmentType: string;
-    referenceNo: string | null;
-    referenceCaseNo: string | null;
-    description: string | null;
-    pupUid: string | null;
-    fromUserUid: string | null;
-    toUserUid: string | null;
-    eventId: string;
-    sequence: number;
-  };
+  /** the event's fields (stateStart as an API time) plus its id and per-shipment sequence */
+  message: Omit<ShipmentStatusEvent, 'tenantUid'> & { eventId: string; sequence: number };
 }
 
 export interface EnqueuedEvent {

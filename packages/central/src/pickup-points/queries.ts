@@ -5,6 +5,7 @@ import { sql, type Kysely } from 'kysely';
 import type { Database, LockersTable } from '../db/schema';
 import { ApiError } from '../errors';
 import { fromBool } from '../db/database';
+import { containsPattern } from '../db/like';
 
 export interface ApiAddress {
   streetName: string;
@@ -90,10 +91,6 @@ function addressFromJson(text: string | null): ApiAddress | null {
   return { streetName: s(a.streetName), mailbox: s(a.mailbox), city: s(a.city), countryIso2: s(a.countryIso2) };
 }
 
-/** Escapes LIKE wildcards; the queries use ESCAPE '\'. */
-function likePattern(term: string): string {
-  return `%${term.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
-}
 
 const SEARCH_COLUMNS = ['pups.name', 'pups.loc_street_name', 'pups.loc_mailbox', 'pups.loc_city', 'pups.loc_country_iso2'] as const;
 
@@ -121,7 +118,7 @@ export class PickupPointQueries {
     // Every whitespace-separated term must occur (case-insensitively) in the name or the address.
     const terms = (q.searchText ?? '').split(/\s+/).filter(Boolean).slice(0, 10);
     for (const term of terms) {
-      const pattern = likePattern(term);
+      const pattern = containsPattern(term);
       base = base.where((eb) => eb.or(SEARCH_COLUMNS.map((c) => sql<boolean>`lower(coalesce(${sql.ref(c)}, '')) like ${pattern} escape '\\'`)));
     }
     // One query for the page and the total (a window count); a second only for a page past the end.

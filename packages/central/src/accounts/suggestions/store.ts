@@ -14,6 +14,7 @@ import { ApiError } from '../../errors';
 import { newUid, toDbTime } from '../../ids';
 import { emailKey } from '../validate';
 import { detectType, readRows, SuggestionFileError, validateRows, type RowError, type SuggestionRow } from './parse';
+import { containsPattern } from '../../db/like';
 
 export interface UploadResult {
   reference: string;
@@ -141,7 +142,7 @@ export class SuggestionService {
     if (pupUid) q = q.where('s.pup_uid', '=', pupUid);
     const terms = (b.searchText ?? '').trim().split(/\s+/).filter(Boolean);
     for (const term of terms) {
-      const pat = `%${term.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+      const pat = containsPattern(term);
       q = q.where(
         sql<boolean>`(s.email_key like ${pat} escape '\\' or lower(coalesce(s.first_name, '') || ' ' || coalesce(s.last_name, '')) like ${pat} escape '\\')`,
       );
