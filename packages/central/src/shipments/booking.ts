@@ -89,11 +89,13 @@ export async function transferLocker(trx: Trx, lockerUid: string, fromUid: strin
 const noLocker = (msg: string) => new ApiError('NoLockerAvailable', msg);
 
 const COLS = 'uid, name, width, height, length, type_code, booked_shipment_uid';
+/** candidate order in SQL, as chooseCandidates orders (and lockers_free_candidates indexes on SQLite) */
+const candidateOrder = (engine: 'sqlite' | 'postgres') => `width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, ${engine === 'postgres' ? 'name COLLATE "C"' : 'name'}`;
 // smallest, middle and largest side of a locker (exact: no arithmetic on the values)
 const MIN_SIDE = 'LEAST(width, height, length)';
 const MID_SIDE = 'GREATEST(LEAST(width, height), LEAST(GREATEST(width, height), length))';
 const MAX_SIDE = 'GREATEST(width, height, length)';
-const PG_TAKE_FIRST_FITTING = `UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = (SELECT uid FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND ${MIN_SIDE} >= ? AND ${MID_SIDE} >= ? AND ${MAX_SIDE} >= ? ORDER BY width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, name COLLATE "C" LIMIT 1 FOR UPDATE SKIP LOCKED) AND booked_shipment_uid IS NULL RETURNING uid, name`;
+const PG_TAKE_FIRST_FITTING = `UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = (SELECT uid FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND ${MIN_SIDE} >= ? AND ${MID_SIDE} >= ? AND ${MAX_SIDE} >= ? ORDER BY ${candidateOrder('postgres')} LIMIT 1 FOR UPDATE SKIP LOCKED) AND booked_shipment_uid IS NULL RETURNING uid, name`;
 const FIRST = 4;
 
 async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
@@ -116,12 +118,11 @@ async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipme
     // Only free lockers matter. Fetch the first few in candidate order (a locker smaller in
     // volume than the package cannot fit); the whole PUP only when none of those fits.
     const d = req.dimension;
-    const name = db.engine === 'postgres' ? 'name COLLATE "C"' : 'name';
     const first = (
       await rawQuery<LockerCandidate>(
         trx,
         db,
-        `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, ${name} LIMIT ${FIRST}`,
+        `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY ${candidateOrder(db.engine)} LIMIT ${FIRST}`,
         [pupUid, d.width * d.height * d.length],
       )
     ).rows;
