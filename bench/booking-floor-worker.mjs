@@ -126,7 +126,6 @@ export function makeBooker(file, { minimal = false, appendOnly = false } = {}) {
     batch.forEach(([, done], i) => done(answers[i]));
   }
   return {
-    db,
     stats,
     book(m) {
       return new Promise((resolve) => {
