@@ -133,7 +133,7 @@ export async function startDemo(opts: DemoOptions = {}): Promise<DemoSystem> {
     stops.push(() => central.stop());
     const provisioned = await applyProvisioning(central.ctx.db.kysely, site, central.ctx.clock);
     const apiAddress = await central.listen();
-    centralLog.info({ ns: 'demo', address: apiAddress, environment: config.environment }, 'central service listening');
+    centralLog.info({ ns: 'demo', listen: apiAddress, environment: config.environment }, 'central service listening');
     const mqttAddress = central.ctx.bus?.address() ?? (config.mqtt.mode === 'external' ? config.mqtt.url : null);
 
     // ---- the simulator: the PUP's boards (CU16) on TCP, a scanner on a pty when socat is there

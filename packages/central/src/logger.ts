@@ -1,17 +1,10 @@
 // pino, one namespace per module (`log.child({ ns: 'central.http' })`). Secrets and personal data
-// are redacted by path wherever they appear in logged objects; request/response bodies are never
-// logged.
+// are redacted by key wherever they appear in logged objects (packages/common/src/redact.ts);
+// request/response bodies are never logged.
 import pino, { type Logger } from 'pino';
+import { pinoRedaction } from '@locker/common';
 
 export type { Logger };
-
-export const REDACT_PATHS = [
-  'password', 'secret', 'clientSecret', 'client_secret', 'token', 'access_token', 'authKey', 'authorization',
-  'emailAddress', 'email', 'phoneNumber', 'phone', 'firstName', 'lastName', 'userName', 'pinCode', 'code',
-  '*.password', '*.secret', '*.clientSecret', '*.client_secret', '*.token', '*.access_token', '*.authKey',
-  '*.emailAddress', '*.email', '*.phoneNumber', '*.phone', '*.firstName', '*.lastName', '*.userName', '*.pinCode',
-  'req.headers.authorization', 'req.headers["x-api-key"]', 'req.headers.cookie',
-];
 
 export interface LoggerOptions {
   level?: string;
@@ -23,7 +16,8 @@ export function createLogger(opts: LoggerOptions = {}): Logger {
   const options: pino.LoggerOptions = {
     level: opts.level ?? 'info',
     base: { service: 'locker-central' },
-    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+    // secrets and personal data at any depth (packages/common/src/redact.ts)
+    ...pinoRedaction(),
   };
   if (opts.destination) return pino(options, opts.destination);
   if (opts.pretty) return pino({ ...options, transport: { target: 'pino-pretty', options: { colorize: true } } });

@@ -9,7 +9,7 @@ export async function runServer(config: Config, hooks: { afterStart?: (svc: Cent
   const svc = new CentralService({ config, log, mqttPortFallback: hooks.mqttPortFallback });
   await svc.start();
   const address = await svc.listen();
-  log.info({ ns: 'central.server', address, environment: config.environment, database: svc.ctx.db.engine }, 'central service listening');
+  log.info({ ns: 'central.server', listen: address, environment: config.environment, database: svc.ctx.db.engine }, 'central service listening');
   await hooks.afterStart?.(svc, address);
   const notifier = systemdNotifier();
   notifier.ready(`listening on ${address}`);

@@ -387,7 +387,7 @@ export class EdgeSync implements Worker {
       await this.finish(eventId, `${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}`);
     } catch (err) {
       if (err instanceof ApiError) {
-        this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, code: err.code }, 'door event not applicable');
+        this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, errorCode: err.code }, 'door event not applicable');
         await this.finish(eventId, `rejected:${err.code}`);
         return;
       }

@@ -99,7 +99,7 @@ export class EmbeddedBroker implements MessageBus {
     this.server = server;
     const a = server.address() as net.AddressInfo;
     this.addr = `mqtt://${a.address === '0.0.0.0' || a.address === '::' ? '127.0.0.1' : a.address}:${a.port}`;
-    this.log.info({ address: this.addr }, 'embedded MQTT broker listening');
+    this.log.info({ listen: this.addr }, 'embedded MQTT broker listening');
   }
 
   private async authenticate(client: Client, username: string | undefined, password: Buffer | undefined): Promise<boolean> {

@@ -211,7 +211,7 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
         const locker = await ctx.db.kysely.selectFrom('lockers').select(['uid', 'pup_uid', 'bus', 'board_address', 'lock_number', 'name']).where('uid', '=', row.locker_uid).executeTakeFirstOrThrow();
         const res = await ctx.terminals.unlock({ pupUid: locker.pup_uid, lockerUid: locker.uid, bus: locker.bus, boardAddress: locker.board_address, lockNumber: locker.lock_number, shipmentUid: row.uid, reason: 'api' });
         if (!res.ok) {
-          req.log.warn({ ns: 'central.shipments', shipment: row.uid, locker: locker.uid, code: res.code }, 'unlock failed');
+          req.log.warn({ ns: 'central.shipments', shipment: row.uid, locker: locker.uid, errorCode: res.code }, 'unlock failed');
           throw new ApiError('UnlockFailed', `unlocking locker ${locker.name} failed: ${res.message}`);
         }
         req.log.info({ ns: 'central.shipments', shipment: row.uid, locker: locker.uid, goal }, 'locker unlocked');

@@ -1,0 +1,104 @@
+// Log redaction shared by the central service and the terminal agent: secrets and personal data
+// (GDPR) never reach a log line, at whatever depth of a logged object they sit.
+//
+// pino's built-in `redact` (fast-redact) matches fixed paths; `*` covers one level, so reaching
+// three levels down takes four paths per key, and with ~40 keys that costs ~300 us per log line
+// (measured: ~4 us without redaction, ~20-35 us with the 35 one-level paths this replaced). This
+// walker visits the logged object once, compares each key against a Set, and copies only the
+// objects on the way to a redacted value (the caller's object is never changed): a few
+// microseconds per line, any depth up to MAX_DEPTH, key names matched case-insensitively
+// (child logger bindings: top-level keys as written or in lower case, see pinoRedaction).
+
+/** Credentials, tokens, keys, and access code values (PINs, Qr, LinkCode). */
+export const SECRET_KEYS = [
+  'password', 'passwd', 'secret', 'clientSecret', 'client_secret', 'terminalSecret', 'technicianPassword',
+  'token', 'access_token', 'accessToken', 'refreshToken', 'authKey', 'apiKey', 'x-api-key', 'authorization', 'cookie',
+  'pin', 'pinCode', 'qr', 'qrCode', 'linkCode', 'accessCode', 'credential',
+] as const;
+
+/** Personal data: names, contact details, addresses, mail codes. */
+export const PERSONAL_KEYS = [
+  'emailAddress', 'email', 'phoneNumber', 'phone', 'firstName', 'lastName', 'fullName', 'userName',
+  'mailCode', 'mailCodeFirstName', 'mailCodeLastName',
+  'street', 'streetName', 'streetNo', 'mailbox', 'city', 'address', 'deliveryAddress', 'locationAddress', 'fromAddress', 'toAddress',
+] as const;
+
+/**
+ * Redacted only at the top of a logged object: `code` there is an access code value, while inside
+ * `err` it is an error code an operator needs (log error codes as `errorCode`).
+ */
+export const TOP_LEVEL_ONLY_KEYS = ['code'] as const;
+
+export const CENSOR = '[redacted]';
+export const MAX_DEPTH = 6;
+
+type Obj = Record<string, unknown>;
+
+function isWalkable(v: unknown): v is Obj | unknown[] {
+  if (v === null || typeof v !== 'object') return false;
+  if (Array.isArray(v)) return true;
+  const proto = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null || v instanceof Error;
+}
+
+export interface Redactor {
+  (obj: Obj): Obj;
+}
+
+/** A function returning `obj` itself when nothing in it is sensitive, else a redacted copy. */
+export function createRedactor(keys: readonly string[] = [...SECRET_KEYS, ...PERSONAL_KEYS], topLevelOnly: readonly string[] = TOP_LEVEL_ONLY_KEYS): Redactor {
+  const deep = new Set(keys.map((k) => k.toLowerCase()));
+  const top = new Set([...deep, ...topLevelOnly.map((k) => k.toLowerCase())]);
+
+  const walk = (v: unknown, depth: number, set: Set<string>, seen: Set<object>): unknown => {
+    if (!isWalkable(v) || depth > MAX_DEPTH) return v;
+    // an object met again on its own path: pino would print it again, secrets and all
+    if (seen.has(v)) return '[Circular]';
+    seen.add(v);
+    try {
+      if (Array.isArray(v)) {
+        let out: unknown[] | undefined;
+        for (let i = 0; i < v.length; i++) {
+          const r = walk(v[i], depth + 1, deep, seen);
+          if (r !== v[i]) (out ??= v.slice())[i] = r;
+        }
+        return out ?? v;
+      }
+      let out: Obj | undefined;
+      const src = v as Obj;
+      for (const k of Object.keys(src)) {
+        const val = src[k];
+        const r = set.has(k.toLowerCase()) ? (val === undefined || val === null ? val : CENSOR) : walk(val, depth + 1, deep, seen);
+        if (r !== val) {
+          // an Error stays an Error (same prototype, message and stack) for pino's err serializer
+          out ??= src instanceof Error ? Object.defineProperties(Object.create(Object.getPrototypeOf(src)), Object.getOwnPropertyDescriptors(src)) : { ...src };
+          out![k] = r;
+        }
+      }
+      return out ?? v;
+    } finally {
+      seen.delete(v);
+    }
+  };
+
+  return (obj: Obj) => walk(obj, 0, top, new Set()) as Obj;
+}
+
+/** A key as a fast-redact path (keys that are not identifiers are bracketed). */
+const asPath = (k: string) => (/^[A-Za-z_$][\w$]*$/.test(k) ? k : `["${k}"]`);
+
+/**
+ * pino options: every logged object goes through the walker (formatters.log). The bindings of child
+ * loggers do not pass through formatters (pino resets the bindings formatter for children), so
+ * the same keys are also redacted at the top level by pino's own `redact`, which covers bindings;
+ * with top-level paths only that costs about nothing. `pino({ ...pinoRedaction(), level })`.
+ */
+export function pinoRedaction(
+  keys: readonly string[] = [...SECRET_KEYS, ...PERSONAL_KEYS],
+  topLevelOnly: readonly string[] = TOP_LEVEL_ONLY_KEYS,
+): { formatters: { log: (o: Obj) => Obj }; redact: { paths: string[]; censor: string } } {
+  return {
+    formatters: { log: createRedactor(keys, topLevelOnly) },
+    redact: { paths: [...new Set([...keys, ...topLevelOnly].flatMap((k) => [k, k.toLowerCase()]))].map(asPath), censor: CENSOR },
+  };
+}
