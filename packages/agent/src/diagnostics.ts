@@ -1,7 +1,13 @@
 // The technician's diagnostics page: a small fastify server on its own port (default
 // 127.0.0.1:8090). GET / is a self-contained page that polls GET /api/state (buses, boards,
 // locks, doors, items, MQTT link, code cache, journal backlog, recent events); POST /api/open
-// pulses one lock after the technician password from the config (wrong passwords are throttled).
+// pulses one lock after the technician password from the config.
+//
+// Who may look: on the loopback interface (the terminal itself, or an ssh tunnel) the page is open
+// to read. A client from the network must log in with HTTP Basic (any user name, the technician
+// password): door and item states tell which lockers hold parcels. So a non-loopback host without a
+// technician password is refused at start (DIAGNOSTICS_UNPROTECTED). Wrong passwords, for the
+// login or the open action, are throttled per client address: one client cannot lock out another.
 // The page shows no code values and no personal data: there are none on the terminal.
 import crypto from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -29,18 +35,79 @@ const OpenBody = z.object({
 
 const digest = (s: string) => crypto.createHash('sha256').update(s, 'utf8').digest();
 
+export class DiagnosticsError extends Error {
+  constructor(
+    readonly code: 'DIAGNOSTICS_UNPROTECTED',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'DiagnosticsError';
+  }
+}
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', '::1', 'localhost']);
+export const isLoopbackAddress = (a: string | undefined): boolean => !!a && (a === '::1' || a.startsWith('127.') || a.startsWith('::ffff:127.'));
+
+/** The password of an HTTP Basic Authorization header (the user name is not checked). */
+function basicPassword(header: string | undefined): string | null {
+  const m = /^Basic\s+([A-Za-z0-9+/=]+)\s*$/i.exec(header ?? '');
+  if (!m) return null;
+  const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  return colon < 0 ? null : decoded.slice(colon + 1);
+}
+
 export class DiagnosticsServer {
   private app: FastifyInstance | null = null;
   private readonly log: Logger;
-  private wrong: number[] = [];
+  /** wrong-password times per client address (last minute) */
+  private wrong = new Map<string, number[]>();
   address: string | null = null;
 
   constructor(private readonly opts: DiagnosticsOptions) {
     this.log = opts.log.child({ ns: 'agent.diagnostics' });
   }
 
+  private throttled(client: string, nowMs: number): boolean {
+    const recent = (this.wrong.get(client) ?? []).filter((t) => nowMs - t < 60_000);
+    if (recent.length) this.wrong.set(client, recent);
+    else this.wrong.delete(client);
+    return recent.length >= (this.opts.maxWrongPerMinute ?? 5);
+  }
+
+  private noteWrong(client: string, nowMs: number): void {
+    const list = this.wrong.get(client) ?? [];
+    list.push(nowMs);
+    this.wrong.set(client, list);
+    if (this.wrong.size > 10_000) this.wrong.delete(this.wrong.keys().next().value!);
+  }
+
+  private passwordMatches(given: string): boolean {
+    return this.opts.password !== null && crypto.timingSafeEqual(digest(given), digest(this.opts.password));
+  }
+
   async start(): Promise<void> {
+    if (this.opts.password === null && !LOOPBACK_HOSTS.has(this.opts.host)) {
+      throw new DiagnosticsError(
+        'DIAGNOSTICS_UNPROTECTED',
+        `diagnostics.host ${this.opts.host} is reachable from the network, but no diagnostics.technicianPassword is set: set one (LOCKER_AGENT_TECHNICIAN_PASSWORD) or listen on 127.0.0.1`,
+      );
+    }
     const app = Fastify({ logger: false, bodyLimit: 4096 });
+    // Reading the page from the network needs the technician password (HTTP Basic).
+    app.addHook('onRequest', async (req, reply) => {
+      if (req.method !== 'GET' || isLoopbackAddress(req.socket.remoteAddress)) return;
+      const client = req.socket.remoteAddress ?? '?';
+      const nowMs = Date.now();
+      if (this.throttled(client, nowMs)) return reply.code(429).header('retry-after', '60').send({ ok: false, error: 'THROTTLED', message: 'too many wrong passwords; wait a minute' });
+      const given = basicPassword(req.headers.authorization);
+      if (given !== null && this.passwordMatches(given)) return;
+      if (given !== null) {
+        this.noteWrong(client, nowMs);
+        this.log.warn({ client }, 'diagnostics login refused: wrong password');
+      }
+      return reply.code(401).header('www-authenticate', 'Basic realm="locker terminal diagnostics", charset="UTF-8"').send({ ok: false, error: 'LOGIN_REQUIRED', message: 'log in with the technician password' });
+    });
     app.get('/', async (_req, reply) => reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').send(PAGE));
     app.get('/api/state', async (_req, reply) => reply.header('cache-control', 'no-store').send(this.opts.agent.state()));
     app.post('/api/open', async (req, reply) => {
@@ -48,12 +115,12 @@ export class DiagnosticsServer {
       if (!parsed.success) return reply.code(400).send({ ok: false, error: 'BAD_REQUEST', message: parsed.error.issues[0]?.message ?? 'bad request' });
       const { password, ...at } = parsed.data;
       if (this.opts.password === null) return reply.code(403).send({ ok: false, error: 'DISABLED', message: 'no technician password is configured on this terminal' });
+      const client = req.socket.remoteAddress ?? '?';
       const nowMs = Date.now();
-      this.wrong = this.wrong.filter((t) => nowMs - t < 60_000);
-      if (this.wrong.length >= (this.opts.maxWrongPerMinute ?? 5)) return reply.code(429).send({ ok: false, error: 'THROTTLED', message: 'too many wrong passwords; wait a minute' });
-      if (!crypto.timingSafeEqual(digest(password), digest(this.opts.password))) {
-        this.wrong.push(nowMs);
-        this.log.warn({ ...at }, 'technician open refused: wrong password');
+      if (this.throttled(client, nowMs)) return reply.code(429).header('retry-after', '60').send({ ok: false, error: 'THROTTLED', message: 'too many wrong passwords; wait a minute' });
+      if (!this.passwordMatches(password)) {
+        this.noteWrong(client, nowMs);
+        this.log.warn({ ...at, client }, 'technician open refused: wrong password');
         return reply.code(401).send({ ok: false, error: 'WRONG_PASSWORD', message: 'wrong technician password' });
       }
       const r = await this.opts.agent.technicianOpen(at);
@@ -64,7 +131,12 @@ export class DiagnosticsServer {
     this.app = app;
     const a = app.server.address();
     this.address = a && typeof a === 'object' ? `http://${a.address.includes(':') ? `[${a.address}]` : a.address}:${a.port}` : null;
-    this.log.info({ address: this.address }, 'diagnostics page listening');
+    this.log.info({ listen: this.address }, 'diagnostics page listening');
+  }
+
+  /** The fastify instance while started (tests inject requests from other client addresses). */
+  get server(): FastifyInstance | null {
+    return this.app;
   }
 
   async stop(): Promise<void> {
