@@ -602,7 +602,8 @@ export class AccountService {
           }
           throw new ApiError(
             'EmailAlreadyRegistered',
-            what === 'emailAddress'
+            // (read committed: the username lookup may find an account created concurrently with this e-mail address)
+            what === 'emailAddress' || existing.email_key === emailKey(n.emailAddress)
               ? 'emailAddress: registered for another account (find it with GetAccount or use CreateOrGetAccount)'
               : 'userName: an account with this username already exists with another e-mail address',
             400,
@@ -658,6 +659,9 @@ export class AccountService {
         const taken = n.hasUserName ? undefined : await this.byUserName(trx, n.userName);
         if (taken) {
           if (!(await canManageAccount(trx, tenant, taken.uid))) throw deny(taken.uid);
+          // Read committed: a concurrent call created this very account between the e-mail lookup
+          // above and this one. It is the account asked for.
+          if (taken.email_key === emailKey(n.emailAddress)) return { row: taken, isExisting: true, touched: false, flagsRefused: false };
           throw new ApiError('EmailAlreadyRegistered', 'userName: an account with this username already exists with another e-mail address', 400);
         }
         const flags = b.mutationConfig ? mergeFlags(DEFAULT_FLAGS, b.mutationConfig) : DEFAULT_FLAGS;
