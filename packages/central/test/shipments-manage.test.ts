@@ -71,10 +71,36 @@ describeEngines('shipments: managing', (engine) => {
     const s = await shipment(t, uid);
     await fails(simulate(t, PUP_A1, s.bookedLockerName, before.dropPin!), 'InvalidAccessCode');
     await ok(simulate(t, PUP_A1, s.bookedLockerName, after.dropPin!));
-    // after the drop-off a new drop-off code is pointless: none is made
-    await ok(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: obj, changeDropOffAccess: true }));
+    // after the drop-off no drop-off code can ever be used again: a clear error, nothing added
+    const n = (await ok(t.post('/v1/Logistics/GetShipmentObjects', { shipmentUid: uid }))).totalItems;
+    const r = await fails(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: obj, changeDropOffAccess: true }), 'InvalidShipmentState');
+    expect(r.message).toMatch(/changeDropOffAccess/);
+    expect((await ok(t.post('/v1/Logistics/GetShipmentObjects', { shipmentUid: uid }))).totalItems).toBe(n);
     expect((await codes(t, uid)).dropPin).toBeUndefined();
     await pickUp(t, uid);
+  });
+
+  it('changeDropOffAccess on a keep-booked collect-only in ReadyForPickup: the next drop-off needs the new code', async () => {
+    const k = (await ok(t.post('/v1/Logistics/CreateCollectOnlyShipmentAsCollectByUser', { ...booking(), ToUserUid: user, KeepBookedAfterPickUp: true }))).shipmentUids[0] as string;
+    const s = await shipment(t, k);
+    await dropOff(t, k);
+    expect(await stateOf(t, k)).toBe('ReadyForPickup');
+    const before = await codes(t, k);
+    expect(before.dropPin).toMatch(/^\d{6}$/); // kept for the next round (rule 9)
+    await ok(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: k, details: obj, changeDropOffAccess: true }));
+    const after = await codes(t, k);
+    expect(after.dropPin).toMatch(/^\d{6}$/);
+    expect(after.dropPin).not.toBe(before.dropPin);
+    expect(after.dropQr).not.toBe(before.dropQr);
+    expect([after.pickPin, after.pickQr]).toEqual([before.pickPin, before.pickQr]);
+    await pickUp(t, k);
+    expect(await stateOf(t, k)).toBe('ReadyForDropoff');
+    await fails(simulate(t, PUP_A1, s.bookedLockerName, before.dropPin!), 'InvalidAccessCode');
+    await fails(simulate(t, PUP_A1, s.bookedLockerName, before.dropQr!), 'InvalidAccessCode');
+    expect(await stateOf(t, k)).toBe('ReadyForDropoff');
+    await ok(simulate(t, PUP_A1, s.bookedLockerName, after.dropPin!));
+    expect(await stateOf(t, k)).toBe('ReadyForPickup');
+    await cancel(k);
   });
 
   it("a new pick-up code of a swapped shipment is also the swapping shipment's new drop-off code", async () => {

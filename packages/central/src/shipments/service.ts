@@ -250,6 +250,42 @@ export class ShipmentService {
     await this.assignDropOffCodes(trx, { ...waiter, waits_on_uid: onUid, wait_kind: kind }, now);
   }
 
+  /**
+   * New codes for one usage of a shipment (AddShipmentObject changePickUpAccess /
+   * changeDropOffAccess). A chained shipment's drop-off codes are copies: for a swap or circular
+   * stock still waiting, the original (the holder's pick-up or drop-off codes) is renewed instead,
+   * and the copies follow.
+   */
+  async rotateCodes(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
+    if (usage === 'DropOff' && row.state_code === 'LockerAssigned' && row.waits_on_uid && (row.wait_kind === 'swap' || row.wait_kind === 'circular')) {
+      const holder = await this.load(trx, row.waits_on_uid);
+      if (holder) await this.rotateCodes(trx, holder, row.wait_kind === 'swap' ? 'PickUp' : 'DropOff', now);
+      return;
+    }
+    await this.replaceCodes(trx, row, usage, now);
+  }
+
+  /** Invalidates a shipment's codes of one usage, gives it a fresh pair and re-copies it down the chain. */
+  private async replaceCodes(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
+    await invalidateCodes(trx, row.uid, usage, now);
+    await insertCodePair(trx, this.owner(row), usage, now);
+    await this.recopyToWaiter(trx, row, usage, now);
+  }
+
+  /**
+   * The codes of one usage of `row` changed: the shipment waiting on it that copies them (a swap
+   * copies pick-up codes, a circular stock drop-off codes) gets the new ones as its drop-off codes,
+   * and so on down the chain. Copies always equal their source.
+   */
+  private async recopyToWaiter(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
+    const waiter = await this.findWaiter(trx, row.uid);
+    if (!waiter) return;
+    if (!((waiter.wait_kind === 'swap' && usage === 'PickUp') || (waiter.wait_kind === 'circular' && usage === 'DropOff'))) return;
+    await invalidateCodes(trx, waiter.uid, 'DropOff', now);
+    await copyCodes(trx, row.uid, usage, this.owner(waiter), 'DropOff', now);
+    await this.recopyToWaiter(trx, waiter, 'DropOff', now);
+  }
+
   /** Drop-off codes: a swap's equal the swapped shipment's pick-up codes; circular stock's equal the intake's drop-off codes. */
   private async assignDropOffCodes(trx: Trx, row: ShipmentRow, now: string): Promise<void> {
     if (row.wait_kind === 'swap' && row.waits_on_uid) await copyCodes(trx, row.waits_on_uid, 'PickUp', this.owner(row), 'DropOff', now);
