@@ -180,6 +180,35 @@ describeEngines('shipments: managing', (engine) => {
     expect(await lockerHolder(t, locker!)).toBeNull();
   });
 
+  describe('chains: copied codes follow their source', () => {
+    const flow = async (name: string, body: Record<string, unknown>) => (await ok(t.post(`/v1/Logistics/${name}`, body))).shipmentUids as string[];
+    const stock = async () => {
+      const [s] = await flow('CreateLocalShipmentAsStock', booking());
+      await dropOff(t, s!);
+      return s!;
+    };
+
+    it("cancelling the issued stock renews the subsequent intake's drop-off codes; the circular stock's copies follow", async () => {
+      const s = await stock();
+      const [, intake, circ] = await flow('CreateLocalShipmentAsIssueFromStockAndSubsequentIntakeAndCircularStock', { PriorShipmentUid: s, ToUserUid: user });
+      const old = await codes(t, circ!);
+      expect(old.dropPin).toBe((await codes(t, intake!)).dropPin);
+      await cancel(s);
+      expect(await stateOf(t, intake!)).toBe('ReadyForDropoff');
+      const ci = await codes(t, intake!);
+      const cc = await codes(t, circ!);
+      expect(ci.dropPin).not.toBe(old.dropPin);
+      expect([cc.dropPin, cc.dropQr]).toEqual([ci.dropPin, ci.dropQr]);
+      expect(cc.all.filter((c) => c.usage === 'DropOff')).toHaveLength(2); // no stale copy left
+      await fails(t.post('/v1/Logistics/UnlockShipmentLocker', { shipmentUid: circ, pinCode: old.dropPin }), 'InvalidAccessCode');
+      await ok(t.post('/v1/Logistics/UnlockShipmentLocker', { shipmentUid: circ, pinCode: ci.dropPin }));
+      // the return with the new code still hands the item to the circular stock (rule 8)
+      await dropOff(t, intake!);
+      expect(await stateOf(t, circ!)).toBe('ReadyForPickup');
+      await cancel(circ!);
+    });
+  });
+
   describe('UnlockShipmentLocker', () => {
     const unlock = (body: Record<string, unknown>) => t.post('/v1/Logistics/UnlockShipmentLocker', body);
 

@@ -216,8 +216,8 @@ export class ShipmentService {
           await invalidateCodes(trx, row.uid, e.usage, now);
           break;
         case 'RenewDropOffCodes':
-          await invalidateCodes(trx, row.uid, 'DropOff', now);
-          await insertCodePair(trx, this.owner(next), 'DropOff', now);
+          // a circular stock waiting on this shipment holds copies of these codes: re-copied
+          await this.replaceCodes(trx, next, 'DropOff', now);
           break;
         case 'NewLinkCode':
           await invalidateCodes(trx, row.uid, 'LinkCode', now);
