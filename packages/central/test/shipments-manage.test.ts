@@ -209,6 +209,45 @@ describeEngines('shipments: managing', (engine) => {
     });
   });
 
+  it('cancelling the middle swap of A <- B <- C: C now swaps A (links, codes, rule 7)', async () => {
+    const a = await create();
+    const b = await create({ SwapsShipmentUid: a, FromUserUid: user, ToUserUid: user2 });
+    const c = await create({ SwapsShipmentUid: b, FromUserUid: user2, ToUserUid: user });
+    expect((await shipment(t, c)).swapsShipmentUid).toBe(b);
+    await cancel(b);
+    expect(await shipment(t, c)).toMatchObject({ stateCode: 'LockerAssigned', swapsShipmentUid: a });
+    expect(await ok(t.post('/v1/Logistics/GetShipmentSwaps', { shipmentUid: c, pageNo: 1, pageSize: 10 }))).toMatchObject({ swapsShipmentUid: a, swapWithShipments: [], totalItems: 0 });
+    // the cancelled B stays listed as a past swap of A; C is A's swap now
+    expect(await ok(t.post('/v1/Logistics/GetShipmentSwaps', { shipmentUid: a, pageNo: 1, pageSize: 10 }))).toMatchObject({ swapsShipmentUid: null, swapWithShipments: [b, c], totalItems: 2 });
+    expect(await ok(t.post('/v1/Logistics/GetShipmentSwaps', { shipmentUid: b, pageNo: 1, pageSize: 10 }))).toMatchObject({ swapsShipmentUid: a, swapWithShipments: [], totalItems: 0 });
+    const ca = await codes(t, a);
+    const cc = await codes(t, c);
+    expect([cc.dropPin, cc.dropQr]).toEqual([ca.pickPin, ca.pickQr]);
+    await dropOff(t, a);
+    await pickUp(t, a); // rule 7: C's drop-off is assumed
+    expect(await stateOf(t, c)).toBe('ReadyForPickup');
+    await pickUp(t, c);
+  });
+
+  it("a waiter moving up the chain re-copies its new drop-off codes to the circular stock waiting on it", async () => {
+    // intake J <- stock S (swap, AsStockAfterSwapIntake) <- intake I (subsequent) <- circular stock C
+    const [j] = (await ok(t.post('/v1/Logistics/CreateLocalShipmentAsIntake', { ...booking(), FromUserUid: user }))).shipmentUids as string[];
+    await dropOff(t, j!);
+    const [st] = (await ok(t.post('/v1/Logistics/CreateLocalShipmentAsStockAfterSwapIntake', { PriorShipmentUid: j, Dimension: booking().Dimension }))).shipmentUids as string[];
+    const [, i, c] = (await ok(t.post('/v1/Logistics/CreateLocalShipmentAsIssueFromStockAndSubsequentIntakeAndCircularStock', { PriorShipmentUid: st, ToUserUid: user }))).shipmentUids as string[];
+    const old = await codes(t, c!);
+    await cancel(st!); // I now waits on J, as S did (a swap), so its drop-off codes become J's pick-up codes
+    expect(await shipment(t, i!)).toMatchObject({ stateCode: 'LockerAssigned', swapsShipmentUid: j });
+    const cj = await codes(t, j!);
+    const ci = await codes(t, i!);
+    const cc = await codes(t, c!);
+    expect([ci.dropPin, ci.dropQr]).toEqual([cj.pickPin, cj.pickQr]);
+    expect([cc.dropPin, cc.dropQr]).toEqual([ci.dropPin, ci.dropQr]);
+    expect(cc.dropPin).not.toBe(old.dropPin);
+    await fails(t.post('/v1/Logistics/UnlockShipmentLocker', { shipmentUid: c, pinCode: old.dropPin }), 'InvalidAccessCode');
+    for (const x of [c!, i!, j!]) await cancel(x);
+  });
+
   describe('UnlockShipmentLocker', () => {
     const unlock = (body: Record<string, unknown>) => t.post('/v1/Logistics/UnlockShipmentLocker', body);
 

@@ -243,11 +243,18 @@ export class ShipmentService {
     return next;
   }
 
-  /** A waiter whose shipment left the chain waits where that one waited, with its kind. */
+  /**
+   * A waiter whose shipment left the chain waits where that one waited, with its kind. As a swap it
+   * now swaps that shipment (swaps_shipment_uid follows: rule 7 applies to it); waiting any other
+   * way it swaps nothing. Its new drop-off codes are re-copied to a shipment waiting on it.
+   */
   private async relink(trx: Trx, waiter: ShipmentRow, onUid: string, kind: WaitKind, now: string): Promise<void> {
-    await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, updated_at: now }).where('uid', '=', waiter.uid).execute();
+    const swaps = kind === 'swap' ? onUid : null;
+    await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps, updated_at: now }).where('uid', '=', waiter.uid).execute();
+    const moved: ShipmentRow = { ...waiter, waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps };
     await invalidateCodes(trx, waiter.uid, 'DropOff', now);
-    await this.assignDropOffCodes(trx, { ...waiter, waits_on_uid: onUid, wait_kind: kind }, now);
+    await this.assignDropOffCodes(trx, moved, now);
+    await this.recopyToWaiter(trx, moved, 'DropOff', now);
   }
 
   /**
