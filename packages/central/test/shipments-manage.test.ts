@@ -142,6 +142,25 @@ describeEngines('shipments: managing', (engine) => {
       await cancel(uid);
     });
 
+    it('removeReceiver ignores a toUserUid that would be invalid ("" or 65 characters); without it that is InvalidRequest', async () => {
+      for (const bad of ['', 'x'.repeat(65)]) {
+        const uid = await create();
+        const r = await fails(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: bad }), 'InvalidRequest');
+        expect(r.message).toMatch(/toUserUid/);
+        expect((await shipment(t, uid)).toUserUid).toBe(user);
+        await ok(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: bad, removeReceiver: true }));
+        expect(await shipment(t, uid)).not.toHaveProperty('toUserUid');
+        // key case does not matter (ToUserUid, RemoveReceiver)
+        await fails(t.post('/v1/Logistics/SetShipmentReceiver', { ShipmentUid: uid, ToUserUid: bad, RemoveReceiver: false }), 'InvalidRequest');
+        await cancel(uid);
+      }
+      // the documented type still holds: a string or null
+      const uid = await create();
+      await fails(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: 5, removeReceiver: true }), 'InvalidRequest');
+      await ok(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: null, removeReceiver: true }));
+      await cancel(uid);
+    });
+
     it('InvalidUserUid for an unmanageable user, InvalidRequest without toUserUid, InvalidShipment when unknown', async () => {
       const uid = await create({ ToUserUid: null, FromUserUid: user, IsReceiverDelayed: true });
       await fails(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: UNKNOWN_UID }), 'InvalidUserUid');
