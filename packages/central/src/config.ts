@@ -77,7 +77,7 @@ export const ConfigSchema = z
       .object({
         // how long an Idempotency-Key and its stored answer are kept
         ttlHours: z.coerce.number().positive().default(24),
-        // a repeat that arrives while the first request still runs waits this long, then 409
+        // a repeat that arrives while the first request still runs waits this long, then 400 IdempotencyKeyInProgress
         waitMs: z.coerce.number().int().min(0).default(5_000),
         // a reservation whose request never finished (process died) can be taken over after this
         lockSeconds: z.coerce.number().int().positive().default(60),

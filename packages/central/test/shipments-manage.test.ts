@@ -71,10 +71,36 @@ describeEngines('shipments: managing', (engine) => {
     const s = await shipment(t, uid);
     await fails(simulate(t, PUP_A1, s.bookedLockerName, before.dropPin!), 'InvalidAccessCode');
     await ok(simulate(t, PUP_A1, s.bookedLockerName, after.dropPin!));
-    // after the drop-off a new drop-off code is pointless: none is made
-    await ok(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: obj, changeDropOffAccess: true }));
+    // after the drop-off no drop-off code can ever be used again: a clear error, nothing added
+    const n = (await ok(t.post('/v1/Logistics/GetShipmentObjects', { shipmentUid: uid }))).totalItems;
+    const r = await fails(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: uid, details: obj, changeDropOffAccess: true }), 'InvalidShipmentState');
+    expect(r.message).toMatch(/changeDropOffAccess/);
+    expect((await ok(t.post('/v1/Logistics/GetShipmentObjects', { shipmentUid: uid }))).totalItems).toBe(n);
     expect((await codes(t, uid)).dropPin).toBeUndefined();
     await pickUp(t, uid);
+  });
+
+  it('changeDropOffAccess on a keep-booked collect-only in ReadyForPickup: the next drop-off needs the new code', async () => {
+    const k = (await ok(t.post('/v1/Logistics/CreateCollectOnlyShipmentAsCollectByUser', { ...booking(), ToUserUid: user, KeepBookedAfterPickUp: true }))).shipmentUids[0] as string;
+    const s = await shipment(t, k);
+    await dropOff(t, k);
+    expect(await stateOf(t, k)).toBe('ReadyForPickup');
+    const before = await codes(t, k);
+    expect(before.dropPin).toMatch(/^\d{6}$/); // kept for the next round (rule 9)
+    await ok(t.post('/v1/Logistics/AddShipmentObject', { shipmentUid: k, details: obj, changeDropOffAccess: true }));
+    const after = await codes(t, k);
+    expect(after.dropPin).toMatch(/^\d{6}$/);
+    expect(after.dropPin).not.toBe(before.dropPin);
+    expect(after.dropQr).not.toBe(before.dropQr);
+    expect([after.pickPin, after.pickQr]).toEqual([before.pickPin, before.pickQr]);
+    await pickUp(t, k);
+    expect(await stateOf(t, k)).toBe('ReadyForDropoff');
+    await fails(simulate(t, PUP_A1, s.bookedLockerName, before.dropPin!), 'InvalidAccessCode');
+    await fails(simulate(t, PUP_A1, s.bookedLockerName, before.dropQr!), 'InvalidAccessCode');
+    expect(await stateOf(t, k)).toBe('ReadyForDropoff');
+    await ok(simulate(t, PUP_A1, s.bookedLockerName, after.dropPin!));
+    expect(await stateOf(t, k)).toBe('ReadyForPickup');
+    await cancel(k);
   });
 
   it("a new pick-up code of a swapped shipment is also the swapping shipment's new drop-off code", async () => {
@@ -116,6 +142,25 @@ describeEngines('shipments: managing', (engine) => {
       await cancel(uid);
     });
 
+    it('removeReceiver ignores a toUserUid that would be invalid ("" or 65 characters); without it that is InvalidRequest', async () => {
+      for (const bad of ['', 'x'.repeat(65)]) {
+        const uid = await create();
+        const r = await fails(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: bad }), 'InvalidRequest');
+        expect(r.message).toMatch(/toUserUid/);
+        expect((await shipment(t, uid)).toUserUid).toBe(user);
+        await ok(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: bad, removeReceiver: true }));
+        expect(await shipment(t, uid)).not.toHaveProperty('toUserUid');
+        // key case does not matter (ToUserUid, RemoveReceiver)
+        await fails(t.post('/v1/Logistics/SetShipmentReceiver', { ShipmentUid: uid, ToUserUid: bad, RemoveReceiver: false }), 'InvalidRequest');
+        await cancel(uid);
+      }
+      // the documented type still holds: a string or null
+      const uid = await create();
+      await fails(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: 5, removeReceiver: true }), 'InvalidRequest');
+      await ok(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: null, removeReceiver: true }));
+      await cancel(uid);
+    });
+
     it('InvalidUserUid for an unmanageable user, InvalidRequest without toUserUid, InvalidShipment when unknown', async () => {
       const uid = await create({ ToUserUid: null, FromUserUid: user, IsReceiverDelayed: true });
       await fails(t.post('/v1/Logistics/SetShipmentReceiver', { shipmentUid: uid, toUserUid: UNKNOWN_UID }), 'InvalidUserUid');
@@ -152,6 +197,74 @@ describeEngines('shipments: managing', (engine) => {
     expect(await stateOf(t, b)).toBe('ReadyForPickup');
     await cancel(b);
     expect(await lockerHolder(t, locker!)).toBeNull();
+  });
+
+  describe('chains: copied codes follow their source', () => {
+    const flow = async (name: string, body: Record<string, unknown>) => (await ok(t.post(`/v1/Logistics/${name}`, body))).shipmentUids as string[];
+    const stock = async () => {
+      const [s] = await flow('CreateLocalShipmentAsStock', booking());
+      await dropOff(t, s!);
+      return s!;
+    };
+
+    it("cancelling the issued stock renews the subsequent intake's drop-off codes; the circular stock's copies follow", async () => {
+      const s = await stock();
+      const [, intake, circ] = await flow('CreateLocalShipmentAsIssueFromStockAndSubsequentIntakeAndCircularStock', { PriorShipmentUid: s, ToUserUid: user });
+      const old = await codes(t, circ!);
+      expect(old.dropPin).toBe((await codes(t, intake!)).dropPin);
+      await cancel(s);
+      expect(await stateOf(t, intake!)).toBe('ReadyForDropoff');
+      const ci = await codes(t, intake!);
+      const cc = await codes(t, circ!);
+      expect(ci.dropPin).not.toBe(old.dropPin);
+      expect([cc.dropPin, cc.dropQr]).toEqual([ci.dropPin, ci.dropQr]);
+      expect(cc.all.filter((c) => c.usage === 'DropOff')).toHaveLength(2); // no stale copy left
+      await fails(t.post('/v1/Logistics/UnlockShipmentLocker', { shipmentUid: circ, pinCode: old.dropPin }), 'InvalidAccessCode');
+      await ok(t.post('/v1/Logistics/UnlockShipmentLocker', { shipmentUid: circ, pinCode: ci.dropPin }));
+      // the return with the new code still hands the item to the circular stock (rule 8)
+      await dropOff(t, intake!);
+      expect(await stateOf(t, circ!)).toBe('ReadyForPickup');
+      await cancel(circ!);
+    });
+  });
+
+  it('cancelling the middle swap of A <- B <- C: C now swaps A (links, codes, rule 7)', async () => {
+    const a = await create();
+    const b = await create({ SwapsShipmentUid: a, FromUserUid: user, ToUserUid: user2 });
+    const c = await create({ SwapsShipmentUid: b, FromUserUid: user2, ToUserUid: user });
+    expect((await shipment(t, c)).swapsShipmentUid).toBe(b);
+    await cancel(b);
+    expect(await shipment(t, c)).toMatchObject({ stateCode: 'LockerAssigned', swapsShipmentUid: a });
+    expect(await ok(t.post('/v1/Logistics/GetShipmentSwaps', { shipmentUid: c, pageNo: 1, pageSize: 10 }))).toMatchObject({ swapsShipmentUid: a, swapWithShipments: [], totalItems: 0 });
+    // the cancelled B stays listed as a past swap of A; C is A's swap now
+    expect(await ok(t.post('/v1/Logistics/GetShipmentSwaps', { shipmentUid: a, pageNo: 1, pageSize: 10 }))).toMatchObject({ swapsShipmentUid: null, swapWithShipments: [b, c], totalItems: 2 });
+    expect(await ok(t.post('/v1/Logistics/GetShipmentSwaps', { shipmentUid: b, pageNo: 1, pageSize: 10 }))).toMatchObject({ swapsShipmentUid: a, swapWithShipments: [], totalItems: 0 });
+    const ca = await codes(t, a);
+    const cc = await codes(t, c);
+    expect([cc.dropPin, cc.dropQr]).toEqual([ca.pickPin, ca.pickQr]);
+    await dropOff(t, a);
+    await pickUp(t, a); // rule 7: C's drop-off is assumed
+    expect(await stateOf(t, c)).toBe('ReadyForPickup');
+    await pickUp(t, c);
+  });
+
+  it("a waiter moving up the chain re-copies its new drop-off codes to the circular stock waiting on it", async () => {
+    // intake J <- stock S (swap, AsStockAfterSwapIntake) <- intake I (subsequent) <- circular stock C
+    const [j] = (await ok(t.post('/v1/Logistics/CreateLocalShipmentAsIntake', { ...booking(), FromUserUid: user }))).shipmentUids as string[];
+    await dropOff(t, j!);
+    const [st] = (await ok(t.post('/v1/Logistics/CreateLocalShipmentAsStockAfterSwapIntake', { PriorShipmentUid: j, Dimension: booking().Dimension }))).shipmentUids as string[];
+    const [, i, c] = (await ok(t.post('/v1/Logistics/CreateLocalShipmentAsIssueFromStockAndSubsequentIntakeAndCircularStock', { PriorShipmentUid: st, ToUserUid: user }))).shipmentUids as string[];
+    const old = await codes(t, c!);
+    await cancel(st!); // I now waits on J, as S did (a swap), so its drop-off codes become J's pick-up codes
+    expect(await shipment(t, i!)).toMatchObject({ stateCode: 'LockerAssigned', swapsShipmentUid: j });
+    const cj = await codes(t, j!);
+    const ci = await codes(t, i!);
+    const cc = await codes(t, c!);
+    expect([ci.dropPin, ci.dropQr]).toEqual([cj.pickPin, cj.pickQr]);
+    expect([cc.dropPin, cc.dropQr]).toEqual([ci.dropPin, ci.dropQr]);
+    expect(cc.dropPin).not.toBe(old.dropPin);
+    await fails(t.post('/v1/Logistics/UnlockShipmentLocker', { shipmentUid: c, pinCode: old.dropPin }), 'InvalidAccessCode');
+    for (const x of [c!, i!, j!]) await cancel(x);
   });
 
   describe('UnlockShipmentLocker', () => {

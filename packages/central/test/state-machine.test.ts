@@ -1,7 +1,7 @@
 // Table-driven test of the pure shipment state machine: every row is one (state, input) pair of
 // the transition table in docs/state-machine.md, with the states entered and the effects.
 import { describe, expect, it } from 'vitest';
-import { initial, transition, type Effect, type Input, type MachineState } from '../src/shipments/state-machine';
+import { dropOffAhead, initial, transition, type Effect, type Input, type MachineState } from '../src/shipments/state-machine';
 import { STATES, type StateCode } from '../src/shipments/types';
 
 const base: MachineState = { state: 'ReadyForDropoff', hasReceiver: true, keepBooked: false, waitKind: null, waiter: null };
@@ -92,6 +92,21 @@ describe('shipment state machine (pure)', () => {
       if (r.ok) r.steps.forEach((x) => seen.add(x));
     }
     expect([...seen].sort()).toEqual([...STATES].sort());
+  });
+
+  // AddShipmentObject changeDropOffAccess: a new drop-off code only while one can still be used
+  it.each([
+    ['ReadyForDropoff', false, true],
+    ['LockerAssigned', false, true],
+    ['WaitForReceiver', false, false],
+    ['ReadyForPickup', false, false],
+    ['ReadyForPickup', true, true], // keep-booked collect-only: the same drop-off codes serve the next round (rule 9)
+    ['ReadyForDropoff', true, true],
+    ['PickedUp', false, false],
+    ['Cancelled', true, false],
+    ['Expired', false, false],
+  ] as const)('drop-off codes still usable: %s keepBooked=%s -> %s', (state, keepBooked, expected) => {
+    expect(dropOffAhead({ state, keepBooked })).toBe(expected);
   });
 
   it('initial state: a booking starts ReadyForDropoff with a deadline, a waiter LockerAssigned without one', () => {

@@ -10,7 +10,8 @@
 //    handler does not run;
 //  - again with a different body or on another route: 400 IdempotencyKeyReused;
 //  - again while the first is still running: waits up to idempotency.waitMs for it to finish and
-//    then replays its answer, else 409 IdempotencyKeyInProgress (retry later).
+//    then replays its answer, else 400 IdempotencyKeyInProgress with Retry-After: 1 (retry later;
+//    every failed command is a 400, product.md).
 // Answers with status >= 500 are not stored (the key is released, a retry runs the call again):
 // the handler's transaction rolled back, so running it again is safe.
 import crypto from 'node:crypto';
@@ -133,7 +134,7 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
         continue;
       }
       if (Date.now() >= waitUntil) {
-        throw new ApiError('IdempotencyKeyInProgress', 'a request with this Idempotency-Key is still being processed; retry later', 409, { 'retry-after': '1' });
+        throw new ApiError('IdempotencyKeyInProgress', 'a request with this Idempotency-Key is still being processed; retry later', 400, { 'retry-after': '1' });
       }
       await sleep(WAIT_STEP_MS);
       void round;

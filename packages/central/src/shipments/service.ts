@@ -216,8 +216,8 @@ export class ShipmentService {
           await invalidateCodes(trx, row.uid, e.usage, now);
           break;
         case 'RenewDropOffCodes':
-          await invalidateCodes(trx, row.uid, 'DropOff', now);
-          await insertCodePair(trx, this.owner(next), 'DropOff', now);
+          // a circular stock waiting on this shipment holds copies of these codes: re-copied
+          await this.replaceCodes(trx, next, 'DropOff', now);
           break;
         case 'NewLinkCode':
           await invalidateCodes(trx, row.uid, 'LinkCode', now);
@@ -243,11 +243,54 @@ export class ShipmentService {
     return next;
   }
 
-  /** A waiter whose shipment left the chain waits where that one waited, with its kind. */
+  /**
+   * A waiter whose shipment left the chain waits where that one waited, with its kind. As a swap it
+   * now swaps that shipment (swaps_shipment_uid follows: rule 7 applies to it); waiting any other
+   * way it swaps nothing. Its new drop-off codes are re-copied to a shipment waiting on it.
+   */
   private async relink(trx: Trx, waiter: ShipmentRow, onUid: string, kind: WaitKind, now: string): Promise<void> {
-    await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, updated_at: now }).where('uid', '=', waiter.uid).execute();
+    const swaps = kind === 'swap' ? onUid : null;
+    await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps, updated_at: now }).where('uid', '=', waiter.uid).execute();
+    const moved: ShipmentRow = { ...waiter, waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps };
     await invalidateCodes(trx, waiter.uid, 'DropOff', now);
-    await this.assignDropOffCodes(trx, { ...waiter, waits_on_uid: onUid, wait_kind: kind }, now);
+    await this.assignDropOffCodes(trx, moved, now);
+    await this.recopyToWaiter(trx, moved, 'DropOff', now);
+  }
+
+  /**
+   * New codes for one usage of a shipment (AddShipmentObject changePickUpAccess /
+   * changeDropOffAccess). A chained shipment's drop-off codes are copies: for a swap or circular
+   * stock still waiting, the original (the holder's pick-up or drop-off codes) is renewed instead,
+   * and the copies follow.
+   */
+  async rotateCodes(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
+    if (usage === 'DropOff' && row.state_code === 'LockerAssigned' && row.waits_on_uid && (row.wait_kind === 'swap' || row.wait_kind === 'circular')) {
+      const holder = await this.load(trx, row.waits_on_uid);
+      if (holder) await this.rotateCodes(trx, holder, row.wait_kind === 'swap' ? 'PickUp' : 'DropOff', now);
+      return;
+    }
+    await this.replaceCodes(trx, row, usage, now);
+  }
+
+  /** Invalidates a shipment's codes of one usage, gives it a fresh pair and re-copies it down the chain. */
+  private async replaceCodes(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
+    await invalidateCodes(trx, row.uid, usage, now);
+    await insertCodePair(trx, this.owner(row), usage, now);
+    await this.recopyToWaiter(trx, row, usage, now);
+  }
+
+  /**
+   * The codes of one usage of `row` changed: the shipment waiting on it that copies them (a swap
+   * copies pick-up codes, a circular stock drop-off codes) gets the new ones as its drop-off codes,
+   * and so on down the chain. Copies always equal their source.
+   */
+  private async recopyToWaiter(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
+    const waiter = await this.findWaiter(trx, row.uid);
+    if (!waiter) return;
+    if (!((waiter.wait_kind === 'swap' && usage === 'PickUp') || (waiter.wait_kind === 'circular' && usage === 'DropOff'))) return;
+    await invalidateCodes(trx, waiter.uid, 'DropOff', now);
+    await copyCodes(trx, row.uid, usage, this.owner(waiter), 'DropOff', now);
+    await this.recopyToWaiter(trx, waiter, 'DropOff', now);
   }
 
   /** Drop-off codes: a swap's equal the swapped shipment's pick-up codes; circular stock's equal the intake's drop-off codes. */

@@ -71,6 +71,17 @@ export function initial(p: { hasReceiver: boolean; keepBooked: boolean; waitKind
   return { state, steps: [state.state], effects };
 }
 
+/**
+ * Whether this shipment's drop-off codes can still open its locker for a drop-off later: before
+ * the drop-off (ReadyForDropoff, or LockerAssigned waiting for its turn), and in every active state
+ * of a keep-booked collect-only, whose drop-off codes serve every round (rule 9). After a drop-off
+ * otherwise, or once inactive, no drop-off code will ever be used again.
+ */
+export function dropOffAhead(s: Pick<MachineState, 'state' | 'keepBooked'>): boolean {
+  if (!isActive(s.state)) return false;
+  return s.state === 'ReadyForDropoff' || s.state === 'LockerAssigned' || s.keepBooked;
+}
+
 export function transition(s: MachineState, input: Input): Result {
   const active = isActive(s.state);
   switch (input.type) {

@@ -5,32 +5,12 @@ import type { AppContext } from '../../context';
 import { ApiError } from '../../errors';
 import { newUid } from '../../ids';
 import { v1Post } from '../../http/route';
-import { shipmentService, UNLOCK_MAX_FAILURES, type ShipmentRow, type ShipmentService } from '../../shipments/service';
-import { copyCodes, insertCodePair, invalidateCodes } from '../../shipments/codes';
-import type { Trx } from '../../shipments/tx';
+import { shipmentService, UNLOCK_MAX_FAILURES } from '../../shipments/service';
+import { dropOffAhead } from '../../shipments/state-machine';
+import type { StateCode } from '../../shipments/types';
 import * as S from './schemas';
 
 const TAGS = ['Logistics'];
-
-/**
- * New codes for one usage of a shipment, keeping a swap's equality (the swapped shipment's
- * pick-up code is the swapping shipment's drop-off code) and circular stock's copy intact.
- */
-async function rotateCodes(svc: ShipmentService, trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
-  if (usage === 'DropOff' && row.state_code === 'LockerAssigned' && row.waits_on_uid && (row.wait_kind === 'swap' || row.wait_kind === 'circular')) {
-    const holder = await svc.load(trx, row.waits_on_uid);
-    if (holder) await rotateCodes(svc, trx, holder, row.wait_kind === 'swap' ? 'PickUp' : 'DropOff', now);
-    return;
-  }
-  await invalidateCodes(trx, row.uid, usage, now);
-  const owner = { shipmentUid: row.uid, tenantUid: row.tenant_uid, pupUid: row.pup_uid, lockerUid: row.locker_uid };
-  await insertCodePair(trx, owner, usage, now);
-  const waiter = await svc.findWaiter(trx, row.uid);
-  if (waiter && ((waiter.wait_kind === 'swap' && usage === 'PickUp') || (waiter.wait_kind === 'circular' && usage === 'DropOff'))) {
-    await invalidateCodes(trx, waiter.uid, 'DropOff', now);
-    await copyCodes(trx, row.uid, usage, { shipmentUid: waiter.uid, tenantUid: waiter.tenant_uid, pupUid: waiter.pup_uid, lockerUid: waiter.locker_uid }, 'DropOff', now);
-  }
-}
 
 export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promise<void> {
   const svc = shipmentService(ctx);
@@ -71,6 +51,11 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
         return svc.write(async (trx, now) => {
           const row = await svc.own(trx, req.tenant, b.shipmentUid);
           if (!row.active) throw new ApiError('InvalidShipmentState', `shipment ${row.uid} is ${row.state_code}: objects can no longer be added`);
+          // A new drop-off code only where a drop-off code can still be used (docs/state-machine.md,
+          // "Access codes"); after the drop-off the request is refused, and nothing is added.
+          if (b.changeDropOffAccess && !dropOffAhead({ state: row.state_code as StateCode, keepBooked: !!row.keep_booked })) {
+            throw new ApiError('InvalidShipmentState', `shipment ${row.uid} is ${row.state_code}: its drop-off is done, no drop-off code can be used any more (changeDropOffAccess)`);
+          }
           const uid = newUid();
           const d = b.details;
           const last = await trx.selectFrom('shipment_objects').select((eb) => eb.fn.max('ord').as('m')).where('shipment_uid', '=', row.uid).executeTakeFirst();
@@ -91,9 +76,8 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
               created_at: now,
             })
             .execute();
-          // New codes only where that access is still ahead (a past drop-off needs no new code).
-          if (b.changeDropOffAccess && (row.state_code === 'ReadyForDropoff' || row.state_code === 'LockerAssigned')) await rotateCodes(svc, trx, row, 'DropOff', now);
-          if (b.changePickUpAccess) await rotateCodes(svc, trx, row, 'PickUp', now);
+          if (b.changeDropOffAccess) await svc.rotateCodes(trx, row, 'DropOff', now);
+          if (b.changePickUpAccess) await svc.rotateCodes(trx, row, 'PickUp', now);
           await trx.updateTable('shipments').set({ updated_at: now }).where('uid', '=', row.uid).execute();
           return { shipmentUid: row.uid, shipmentObjectUid: uid };
         });

@@ -76,7 +76,19 @@ export const ObjectDetails = z.object({
 export const AddObjectBody = z.object({ shipmentUid: uidStr(), details: ObjectDetails, changePickUpAccess: optBool(), changeDropOffAccess: optBool() });
 export const ObjectRefResponse = envelope({ shipmentUid: z.string(), shipmentObjectUid: z.string() });
 export const RemoveObjectBody = z.object({ shipmentUid: uidStr(), shipmentObjectUid: uidStr() });
-export const SetReceiverBody = z.object({ shipmentUid: uidStr(), toUserUid: optUid(), caseReferenceNew: optStr(), removeReceiver: optBool() });
+// removeReceiver true: toUserUid is ignored (the API document), so its value is checked only when
+// the receiver is set; it must still be a string or null (the documented type).
+export const SetReceiverBody = z
+  .object({
+    shipmentUid: uidStr(),
+    toUserUid: z.string().nullish().describe('the new receiver (1 to 64 characters); ignored when removeReceiver is true'),
+    caseReferenceNew: optStr(),
+    removeReceiver: optBool(),
+  })
+  .superRefine((b, ctx) => {
+    if (b.removeReceiver || b.toUserUid == null) return;
+    if (!uidStr().safeParse(b.toUserUid).success) ctx.addIssue({ code: 'custom', path: ['toUserUid'], message: 'must be 1 to 64 characters (unless removeReceiver is true)' });
+  });
 export const SimulateBody = z.object({ pupUid: uidStr(), lockerName: z.string().min(1), pinCode: z.string().min(1) });
 export const UnlockBody = z.object({ shipmentUid: uidStr(), unlockGoal: z.enum(['DropOff', 'PickUp']).nullish(), pinCode: optStr() });
 
