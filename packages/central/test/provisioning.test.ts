@@ -93,6 +93,32 @@ describeEngines('provisioning', (engine) => {
     await t.provision(testSite());
   });
 
+  it('inService: false takes a locker out of service (not listed as available, not bookable, not counted); true puts it back', async () => {
+    const token = (await tokenRequest(t, TENANT_A.clientId, TENANT_A.clientSecret)).json().access_token as string;
+    const uid = 'a1000000000000000000000000000001'; // A1-01
+    const available = async () => ((await t.post('/v1/PickupPoints/GetAvailableLockers', { pageNo: 1, pageSize: 500, pupUid: PUP_A1 }, token)).body.items as { lockerUid: string }[]).map((l) => l.lockerUid);
+    const counts = async () => {
+      const b = (await t.post('/v1/PickupPoints/GetPickUpPointAvailability', { pageNo: 1, pageSize: 10, pupUid: PUP_A1 }, token)).body.items[0];
+      return { free: b.freeLockers, occupied: b.occupiedLockers, total: b.totalLockers };
+    };
+    const before = await counts();
+    expect(await available()).toContain(uid);
+    const site = testSite();
+    site.pickupPoints![0]!.lockers![0]!.inService = false;
+    const r = await t.provision(site);
+    expect({ created: r.created, updated: r.updated }).toEqual({ created: 0, updated: 1 });
+    expect(r.changes).toEqual([expect.stringMatching(/updated locker .*A1-01 \(active\)/)]);
+    expect(await available()).not.toContain(uid);
+    expect(await counts()).toEqual({ free: before.free - 1, occupied: before.occupied, total: before.total - 1 });
+    const someone = await t.ctx.db.kysely.selectFrom('account_pups').select('account_uid').where('pup_uid', '=', PUP_A1).executeTakeFirstOrThrow();
+    const booking = await t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: someone.account_uid, PupUid: PUP_A1, LockerUid: uid, Dimension: { width: 5, height: 5, length: 5 }, AllowLargerLockers: true, AllowOverflowLockers: false }, token);
+    expect(booking.body, JSON.stringify(booking.body)).toMatchObject({ success: false, error: 'NoLockerAvailable' });
+    expect((await t.provision(site)).updated).toBe(0);
+    expect((await t.provision(testSite())).updated).toBe(1);
+    expect(await available()).toContain(uid);
+    expect(await counts()).toEqual(before);
+  });
+
   it('a new tenant secret: the old one no longer gets a token, the new one does; the stored hash changes', async () => {
     const oldHash = (await t.ctx.db.kysely.selectFrom('tenants').select('secret_hash').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).secret_hash;
     const site = testSite();

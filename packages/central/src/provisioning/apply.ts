@@ -133,6 +133,7 @@ export async function applyProvisioning(db: Kysely<Database>, input: Provisionin
           bus: l.bus,
           board_address: l.boardAddress,
           lock_number: l.lockNumber,
+          active: (l.inService ? 1 : 0) as 0 | 1,
         };
         const ex = (l.uid ? stored.find((s) => s.uid === l.uid) : undefined) ?? stored.find((s) => s.name === l.name);
         if (!ex) {
@@ -140,7 +141,7 @@ export async function applyProvisioning(db: Kysely<Database>, input: Provisionin
             const elsewhere = await trx.selectFrom('lockers').select('pup_uid').where('uid', '=', l.uid).executeTakeFirst();
             if (elsewhere) throw new ProvisioningError('PROVISIONING_CONFLICT', `locker ${l.uid} belongs to pick up point ${elsewhere.pup_uid}, not ${p.uid}`);
           }
-          await trx.insertInto('lockers').values({ uid: l.uid ?? newUid(), pup_uid: p.uid, ...w, booked_shipment_uid: null, active: 1, created_at: now, updated_at: now }).execute();
+          await trx.insertInto('lockers').values({ uid: l.uid ?? newUid(), pup_uid: p.uid, ...w, booked_shipment_uid: null, created_at: now, updated_at: now }).execute();
           note('created', `locker ${p.uid}/${l.name}`);
         } else if (diff(ex, w).length) {
           await trx.updateTable('lockers').set({ ...w, updated_at: now }).where('uid', '=', ex.uid).execute();

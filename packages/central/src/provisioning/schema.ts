@@ -28,6 +28,10 @@ export const ProvLocker = z
     bus: z.string().min(1).default('bus0').describe("the terminal's bus the lock board hangs on"),
     boardAddress: z.number().int().min(0).max(255),
     lockNumber: z.number().int().min(1).max(64),
+    inService: z
+      .boolean()
+      .default(true)
+      .describe('false takes the locker out of service: never booked, neither free nor occupied in availability; a booking it holds stays until it ends'),
   })
   .strict();
 
