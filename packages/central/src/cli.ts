@@ -1,4 +1,5 @@
 // locker-central: the central service's command line.
+import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -7,6 +8,7 @@ import { openDatabase } from './db/database';
 import { systemClock } from './clock';
 import { applyProvisioning, parseProvisioning, ProvisioningError, readProvisioningFile } from './provisioning/apply';
 import { provisioningJsonSchema } from './provisioning/schema';
+import { aclUsers, buildPasswdFile, MqttPasswdError, parsePasswdFile, parseUserPasswords, writePasswdFile } from './mqtt/passwd';
 import { runServer } from './server';
 
 export const DEMO_SITE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../provisioning/demo-site.yaml');
@@ -17,12 +19,17 @@ Usage:
   locker-central serve [--config FILE] [--demo]   run the API (and the embedded MQTT broker)
   locker-central provision FILE [--config FILE]   apply a provisioning file (JSON or YAML); idempotent
   locker-central provisioning-schema              print the JSON Schema of provisioning files
+  locker-central mqtt-passwd FILE --out PASSWD [--central USERS] [--acl ACL] [--mode 600]
+                                                  write the Mosquitto password file of the scale-out
+                                                  layout from a provisioning file's terminals and the
+                                                  central users (USERS: user:password lines)
   locker-central check-config [--config FILE]     validate the configuration and print it (secrets hidden)
   locker-central --help
 
 Options:
   --config FILE   configuration file (JSON or YAML); LOCKER_CONFIG does the same.
                   Environment variables LOCKER_* override it (see docs/configuration.md).
+  --out, --central, --acl, --mode   mqtt-passwd only; see docs/provisioning.md
   --demo          load the demo site (${path.relative(process.cwd(), DEMO_SITE)}) and print demo credentials.
                   Runs on staging unless LOCKER_ENVIRONMENT says otherwise.
 `;
@@ -61,11 +68,39 @@ async function provision(cfg: Config, file: string) {
   }
 }
 
+/** locker-central mqtt-passwd: the password file from the provisioning file's terminals and the central users. */
+export function mqttPasswd(file: string, out: string, opts: { central?: string; acl?: string; mode?: number } = {}) {
+  const read = (f: string) => {
+    try {
+      return fs.readFileSync(f, 'utf8');
+    } catch (e) {
+      throw new MqttPasswdError(`cannot read ${f}: ${(e as Error).message}`);
+    }
+  };
+  const prov = parseProvisioning(readProvisioningFile(file));
+  const result = buildPasswdFile({
+    terminals: prov.terminals,
+    centrals: opts.central ? parseUserPasswords(read(opts.central), opts.central) : [],
+    existing: fs.existsSync(out) ? parsePasswdFile(read(out)) : new Map(),
+    reserved: opts.acl ? aclUsers(read(opts.acl)) : undefined,
+  });
+  writePasswdFile(out, result.text, opts.mode ?? 0o600);
+  return result;
+}
+
 export async function main(argv: string[]) {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
-    options: { config: { type: 'string' }, demo: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } },
+    options: {
+      config: { type: 'string' },
+      demo: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+      out: { type: 'string' },
+      central: { type: 'string' },
+      acl: { type: 'string' },
+      mode: { type: 'string' },
+    },
   });
   const [cmd, ...rest] = positionals;
   if (values.help || !cmd || cmd === 'help') {
@@ -107,6 +142,22 @@ export async function main(argv: string[]) {
       const report = await provision(config(values.config), file);
       for (const c of report.changes) console.log(c);
       console.log(`${report.created} created, ${report.updated} updated, ${report.unchanged} unchanged`);
+      return;
+    }
+    case 'mqtt-passwd': {
+      const file = rest[0];
+      if (!file || !values.out) fail('mqtt-passwd needs a provisioning FILE and --out PASSWD');
+      const mode = values.mode ? Number.parseInt(values.mode, 8) : 0o600;
+      if (!Number.isInteger(mode) || mode < 0 || mode > 0o777) fail(`--mode ${values.mode}: expected an octal file mode such as 600`);
+      try {
+        const { changes } = mqttPasswd(file, values.out, { central: values.central, acl: values.acl, mode });
+        for (const c of changes) console.log(c);
+        console.log(`wrote ${values.out}; reload Mosquitto to apply it (SIGHUP, e.g. docker compose kill -s HUP mosquitto)`);
+      } catch (e) {
+        if (e instanceof MqttPasswdError) fail(e.message);
+        if (e instanceof ProvisioningError) fail(`${e.code}: ${e.message}`);
+        throw e;
+      }
       return;
     }
     case 'provisioning-schema':

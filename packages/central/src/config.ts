@@ -104,10 +104,11 @@ export const ConfigSchema = z
         url: z.string().default('mqtt://127.0.0.1:1883'),
         port: z.coerce.number().int().min(0).max(65535).default(1883),
         host: z.string().default('0.0.0.0'),
-        // credentials of the central service at an external broker
+        // credentials of the central service at an external broker; each central instance needs
+        // a user name of its own (deploy/mosquitto.conf: the user name is the client id)
         username: z.string().optional(),
         // its MQTT client id at an external broker: stable across restarts (persistent session);
-        // each central instance needs its own (default locker-central-<hostname>)
+        // each central instance needs its own (default: the user name, else locker-central-<hostname>)
         clientId: z.string().min(1).max(128).optional(),
         password: z.string().optional(),
       })

@@ -351,7 +351,7 @@ describe('locker-central CLI', () => {
     const r = await run(['--help'], {}, 60_000, [process.execPath, BIN]);
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/Usage:/);
-    for (const cmd of ['serve', 'provision', 'provisioning-schema', 'check-config']) expect(r.stdout).toContain(cmd);
+    for (const cmd of ['serve', 'provision', 'provisioning-schema', 'mqtt-passwd', 'check-config']) expect(r.stdout).toContain(cmd);
   }, 60_000);
 
   it('provision applies the demo file; a second run changes nothing', async () => {

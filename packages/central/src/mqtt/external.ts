@@ -19,6 +19,16 @@ export interface ExternalBrokerOptions {
 
 const MAX_PENDING = 10_000;
 
+/**
+ * The central instance's MQTT client id: the configured one, else its user name, else
+ * locker-central-<hostname>. Brokers set to use the user name as client id (Mosquitto's
+ * use_username_as_clientid, deploy/mosquitto.conf) keep the session under the user name whatever
+ * the client sends; using the same id here keeps it the same session with that setting on or off.
+ */
+export function centralClientId(opts: { clientId?: string; username?: string }, hostname: string = os.hostname()): string {
+  return opts.clientId || opts.username || `locker-central-${hostname}`;
+}
+
 export class ExternalBroker implements MessageBus {
   readonly kind = 'external' as const;
   private client: MqttClient | null = null;
@@ -33,7 +43,7 @@ export class ExternalBroker implements MessageBus {
   async start(): Promise<void> {
     const client = mqtt.connect(this.opts.url, {
       // stable across restarts, so the broker can keep this instance's session
-      clientId: this.opts.clientId ?? `locker-central-${os.hostname()}`,
+      clientId: centralClientId(this.opts),
       username: this.opts.username,
       password: this.opts.password,
       reconnectPeriod: 1000,
