@@ -7,7 +7,7 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
 import { verifySecret } from '../auth/secrets';
-import { mayPublish, maySubscribe } from './topics';
+import { TOPIC_ROOT, mayPublish, maySubscribe } from './topics';
 import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
 
 export interface EmbeddedBrokerOptions {
@@ -17,7 +17,16 @@ export interface EmbeddedBrokerOptions {
   log: Logger;
   /** when the port is taken (say by a system Mosquitto), listen on a free one instead of failing */
   fallbackToFreePort?: boolean;
+  /**
+   * Topic filters whose terminal messages are acknowledged only by a beforeAck handler (the edge
+   * sync storing them): with no such handler registered the message is refused, so the terminal
+   * keeps it and sends it again. Default: every terminal's up/events. [] makes a plain bus.
+   */
+  storedBeforeAck?: string[];
 }
+
+/** The terminal messages the embedded broker never acknowledges unless a handler stored them. */
+export const STORED_BEFORE_ACK = [`${TOPIC_ROOT}/+/up/events`];
 
 const AUTH_CACHE_MS = 60_000;
 
@@ -59,7 +68,13 @@ export class EmbeddedBroker implements MessageBus {
         // beforeAck subscribers run here, before aedes writes the PUBACK (QoS 1 acks first, then
         // delivers): the terminal's message is acknowledged only once they are done with it
         const hooks = this.beforeAck.filter((h) => topicMatches(h.filter, packet.topic));
-        if (!hooks.length) return cb(null);
+        if (!hooks.length) {
+          if (!(this.opts.storedBeforeAck ?? STORED_BEFORE_ACK).some((f) => topicMatches(f, packet.topic))) return cb(null);
+          // nothing would store it (the edge sync is not running yet, or any more): refused, the
+          // connection drops and the terminal sends it again from its journal
+          this.log.warn({ terminal: client.id, topic: packet.topic, code: 'NOT_STORED' }, 'terminal message refused: nothing stores it yet; the terminal sends it again');
+          return cb(Object.assign(new Error('message not stored'), { code: 'NOT_STORED' }));
+        }
         const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
         void Promise.allSettled(hooks.map((h) => Promise.resolve().then(() => h.handler(packet.topic, payload)))).then((results) => {
           const failed = results.filter((r) => r.status === 'rejected');
