@@ -5,7 +5,7 @@
 // published from there (edge-link.ts), so nothing is lost to a dead broker or a power cut.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import {
   AckMessage,
   CommandMessage,
@@ -24,6 +24,7 @@ import { EdgeLink } from './edge-link';
 import { decideCodes } from './codes';
 import { lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
 import { DiagnosticsServer } from './diagnostics';
+import { createAgentLogger } from './logger';
 
 export const AGENT_VERSION: string = (() => {
   try {
@@ -100,7 +101,7 @@ export class Agent {
   async start(): Promise<void> {
     if (this.running) return;
     const cfg = this.cfg;
-    const root = this.opts.log ?? pino({ level: cfg.log.level, base: { service: 'locker-agent', terminal: cfg.terminal.id } });
+    const root = this.opts.log ?? createAgentLogger({ level: cfg.log.level, terminalId: cfg.terminal.id });
     this.log = root.child({ ns: 'agent' });
     this.startedAt = this.now();
     this.store = new AgentStore(cfg.store.path);
@@ -220,7 +221,7 @@ export class Agent {
       return true;
     } catch (err) {
       this.journalFault = (err as Error).message;
-      this.log.error({ err: (err as Error).message, type, code: 'JOURNAL_UNAVAILABLE' }, 'journal write failed');
+      this.log.error({ err: (err as Error).message, type, errorCode: 'JOURNAL_UNAVAILABLE' }, 'journal write failed');
       return false;
     }
   }
@@ -318,7 +319,7 @@ export class Agent {
     const next = this.credentialChain
       .then(() => this.handleCredential(c))
       .catch((err): CredentialOutcome => {
-        this.log.error({ err: (err as Error).message, code: 'CREDENTIAL_FAILED' }, 'credential handling failed');
+        this.log.error({ err: (err as Error).message, errorCode: 'CREDENTIAL_FAILED' }, 'credential handling failed');
         return { accepted: false, reason: 'FAILED', error: (err as Error).message };
       });
     this.credentialChain = next.then(() => undefined);
@@ -375,7 +376,7 @@ export class Agent {
     if (!journalled) {
       // a door whose opening cannot be journalled is not opened: the drop-off or pick-up would
       // never reach the central service
-      this.log.error({ bus: ref.bus, board: ref.board, lock: ref.lock, code: 'JOURNAL_UNAVAILABLE' }, 'code refused: the journal cannot be written; lock not pulsed');
+      this.log.error({ bus: ref.bus, board: ref.board, lock: ref.lock, errorCode: 'JOURNAL_UNAVAILABLE' }, 'code refused: the journal cannot be written; lock not pulsed');
       this.record('credentialRefused', { ...base, reason: 'JOURNAL_UNAVAILABLE', sessionId });
       return { accepted: false, reason: 'JOURNAL_UNAVAILABLE', error: this.journalFault ?? undefined };
     }

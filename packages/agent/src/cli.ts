@@ -3,10 +3,10 @@
 //   locker-agent check-config --config FILE
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import pino from 'pino';
 import { systemdNotifier } from '@locker/common';
 import { AgentConfigError, loadAgentConfig, type AgentConfig } from './config';
 import { Agent } from './agent';
+import { createAgentLogger } from './logger';
 
 const HELP = `locker-agent: the parcel-locker terminal agent
 
@@ -46,7 +46,7 @@ export async function main(argv: string[]): Promise<void> {
   }
   if (cmd !== 'run') fail(`unknown command ${cmd}\n\n${HELP}`);
   const cfg = config(values.config);
-  const log = pino({ level: cfg.log.level, base: { service: 'locker-agent', terminal: cfg.terminal.id } });
+  const log = createAgentLogger({ level: cfg.log.level, terminalId: cfg.terminal.id });
   const agent = new Agent({ config: cfg, log });
   const notifier = systemdNotifier();
   let stopping = false;
