@@ -156,7 +156,7 @@ export class Agent {
       else void this.onCommand(payload);
     });
 
-    this.scanners = cfg.scanners.map((s) => new ScannerReader({ name: s.name, port: s.port, baudRate: s.baudRate, logger: root }));
+    this.scanners = cfg.scanners.map((s) => new ScannerReader({ name: s.name, port: s.port, baudRate: s.baudRate, suffix: s.suffix, logger: root }));
     for (const s of this.scanners) s.on('credential', (c) => this.presentCredential(c));
 
     await this.buses.start();
