@@ -153,7 +153,13 @@ export class Agent {
     });
     this.link.on('message', (kind, payload) => {
       if (kind === 'codes') this.onCodes(payload);
-      else void this.onCommand(payload);
+      else
+        void this.onCommand(payload).catch((err) => {
+          // not begun in the store (a journal that cannot be written): not executed, not acknowledged;
+          // the central service's command times out (UnlockFailed)
+          this.journalFault = (err as Error).message;
+          this.log.error({ err: (err as Error).message, errorCode: 'JOURNAL_UNAVAILABLE' }, 'unlock command not executed: the store cannot be written');
+        });
     });
 
     this.scanners = cfg.scanners.map((s) => new ScannerReader({ name: s.name, port: s.port, baudRate: s.baudRate, suffix: s.suffix, logger: root }));

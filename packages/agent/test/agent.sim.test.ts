@@ -190,6 +190,19 @@ describe('agent + simulator + embedded broker', () => {
       // the store still reads, but the failed write keeps the watchdog from being pinged
       expect(w.agent.state().journal.lastSeq).toBeGreaterThan(0);
       expect(w.agent.healthy()).toBe(false);
+      // a remote unlock cannot be begun in the store: not executed, not acknowledged, no crash
+      const begin = vi.spyOn(w.agent.store, 'beginCommand').mockImplementation(() => {
+        throw new Error('SQLITE_READONLY: attempt to write a readonly database');
+      });
+      try {
+        await w.publish('commands', { v: 1, type: 'unlock', commandId: 'cmd-ro', lockerUid: 'locker-1-8', bus: 'bus0', board: 1, lock: 8, shipmentUid: null, reason: 'api', issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 10_000).toISOString() });
+        await sleep(300);
+        expect(begin).toHaveBeenCalled();
+        expect(rx).toEqual([]);
+        expect(w.received.some((r) => r.kind === 'acks' && r.body.commandId === 'cmd-ro')).toBe(false);
+      } finally {
+        begin.mockRestore();
+      }
     } finally {
       append.mockRestore();
       w.sim.off('frame', onFrame);
