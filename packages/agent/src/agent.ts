@@ -5,7 +5,7 @@
 // published from there (edge-link.ts), so nothing is lost to a dead broker or a power cut.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import pino, { type Logger } from 'pino';
+import type { Logger } from 'pino';
 import {
   AckMessage,
   CommandMessage,
@@ -24,6 +24,7 @@ import { EdgeLink } from './edge-link';
 import { decideCodes } from './codes';
 import { lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
 import { DiagnosticsServer } from './diagnostics';
+import { createAgentLogger } from './logger';
 
 export const AGENT_VERSION: string = (() => {
   try {
@@ -40,6 +41,11 @@ export interface AgentOptions {
 }
 
 export type UnlockOutcome = { ok: true; alreadyOpen: boolean } | { ok: false; error: AckErrorCode; message: string };
+
+/** What became of a presented code. JOURNAL_UNAVAILABLE: the opening could not be journalled, so no lock was pulsed. */
+export type CredentialOutcome =
+  | { accepted: true; lockerUid: string }
+  | { accepted: false; reason: 'STOPPING' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED'; error?: string };
 
 export interface LockState extends LockView {
   lockerUid: string | null;
@@ -71,6 +77,10 @@ export class Agent {
   private sessions: Sessions = {};
   private startedAt = new Date(0);
   private running = false;
+  /** stop() is under way: no new codes or commands; bus events are still journalled until the buses stopped */
+  private stopping = false;
+  /** the last journal write failed (cleared by the next one that succeeds): healthy() is false */
+  private journalFault: string | null = null;
   private timers: NodeJS.Timeout[] = [];
   private statusTimer: NodeJS.Timeout | null = null;
   private lastSyncRequestAt = 0;
@@ -91,12 +101,14 @@ export class Agent {
   async start(): Promise<void> {
     if (this.running) return;
     const cfg = this.cfg;
-    const root = this.opts.log ?? pino({ level: cfg.log.level, base: { service: 'locker-agent', terminal: cfg.terminal.id } });
+    const root = this.opts.log ?? createAgentLogger({ level: cfg.log.level, terminalId: cfg.terminal.id });
     this.log = root.child({ ns: 'agent' });
     this.startedAt = this.now();
     this.store = new AgentStore(cfg.store.path);
     this.store.open();
     this.running = true;
+    this.stopping = false;
+    this.journalFault = null;
 
     const busOptions: LockBusOptions[] = cfg.buses.map((b) => ({
       name: b.name,
@@ -115,13 +127,13 @@ export class Agent {
     this.buses = new LockBusManager(busOptions, root);
     for (const ev of BUS_EVENTS) this.buses.on(ev, (e: any) => this.onBusEvent(ev, e));
     this.buses.on('portClosed', (e) => {
-      if (!this.running || this.portDown.has(e.bus)) return;
+      if (!this.running || this.stopping || this.portDown.has(e.bus)) return;
       this.portDown.add(e.bus);
       this.record('busPortLost', { bus: e.bus, error: e.error }, new Date(e.at));
       this.statusSoon();
     });
     this.buses.on('portOpened', (e) => {
-      if (!this.running || !this.portDown.delete(e.bus)) return;
+      if (!this.running || this.stopping || !this.portDown.delete(e.bus)) return;
       this.record('busPortRestored', { bus: e.bus }, new Date(e.at));
       this.statusSoon();
     });
@@ -141,10 +153,16 @@ export class Agent {
     });
     this.link.on('message', (kind, payload) => {
       if (kind === 'codes') this.onCodes(payload);
-      else void this.onCommand(payload);
+      else
+        void this.onCommand(payload).catch((err) => {
+          // not begun in the store (a journal that cannot be written): not executed, not acknowledged;
+          // the central service's command times out (UnlockFailed)
+          this.journalFault = (err as Error).message;
+          this.log.error({ err: (err as Error).message, errorCode: 'JOURNAL_UNAVAILABLE' }, 'unlock command not executed: the store cannot be written');
+        });
     });
 
-    this.scanners = cfg.scanners.map((s) => new ScannerReader({ name: s.name, port: s.port, baudRate: s.baudRate, logger: root }));
+    this.scanners = cfg.scanners.map((s) => new ScannerReader({ name: s.name, port: s.port, baudRate: s.baudRate, suffix: s.suffix, logger: root }));
     for (const s of this.scanners) s.on('credential', (c) => this.presentCredential(c));
 
     await this.buses.start();
@@ -162,22 +180,28 @@ export class Agent {
   }
 
   async stop(): Promise<void> {
-    if (!this.running) return;
-    this.running = false;
+    if (!this.running || this.stopping) return;
+    this.stopping = true; // codes and commands are refused from here on
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
     if (this.statusTimer) clearTimeout(this.statusTimer);
     await this.diagnostics?.stop();
     for (const s of this.scanners) await s.stop();
     await this.credentialChain.catch(() => undefined);
+    // bus events (a door closing right now) are journalled until the buses have stopped
     await this.buses.stop();
+    this.running = false;
     await this.link.stop();
     this.store.close();
     this.log.info('agent stopped');
   }
 
-  /** Healthy enough to ping the systemd watchdog: the store answers. */
+  /**
+   * Healthy enough to ping the systemd watchdog: the store answers and the last journal write
+   * succeeded. A store that can read but not write stops the pings, so systemd restarts the agent.
+   */
   healthy(): boolean {
+    if (this.journalFault) return false;
     try {
       this.store.unsentCount();
       return this.running;
@@ -186,15 +210,25 @@ export class Agent {
     }
   }
 
+  /** Why the journal is failing (the last write's error), or null. */
+  get journalError(): string | null {
+    return this.journalFault;
+  }
+
   // ---------------------------------------------------------------- journal
 
-  private record(type: EdgeEventType, fields: Record<string, unknown>, at = this.now()): void {
+  /** Journals an event; false when the write failed (logged; healthy() turns false until a write succeeds). */
+  private record(type: EdgeEventType, fields: Record<string, unknown>, at = this.now()): boolean {
     try {
       const row = this.store.append(type, fields, at);
+      this.journalFault = null;
       this.log.debug({ seq: row.seq, type }, 'event journalled');
       this.link.kick();
+      return true;
     } catch (err) {
-      this.log.error({ err: (err as Error).message, type }, 'journal write failed');
+      this.journalFault = (err as Error).message;
+      this.log.error({ err: (err as Error).message, type, errorCode: 'JOURNAL_UNAVAILABLE' }, 'journal write failed');
+      return false;
     }
   }
 
@@ -287,9 +321,14 @@ export class Agent {
   // ---------------------------------------------------------------- access
 
   /** A code presented at a scanner or keypad. Handled one at a time, in arrival order. */
-  presentCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<void> {
-    const next = this.credentialChain.then(() => this.handleCredential(c)).catch((err) => this.log.error({ err: (err as Error).message }, 'credential handling failed'));
-    this.credentialChain = next;
+  presentCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<CredentialOutcome> {
+    const next = this.credentialChain
+      .then(() => this.handleCredential(c))
+      .catch((err): CredentialOutcome => {
+        this.log.error({ err: (err as Error).message, errorCode: 'CREDENTIAL_FAILED' }, 'credential handling failed');
+        return { accepted: false, reason: 'FAILED', error: (err as Error).message };
+      });
+    this.credentialChain = next.then(() => undefined);
     return next;
   }
 
@@ -298,15 +337,15 @@ export class Agent {
     return until > this.now().getTime() ? until : 0;
   }
 
-  private async handleCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<void> {
-    if (!this.running) return;
+  private async handleCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<CredentialOutcome> {
+    if (!this.running || this.stopping) return { accepted: false, reason: 'STOPPING' };
     const a = this.cfg.access;
     const nowMs = this.now().getTime();
     const base = { source: c.source, reader: c.reader };
     if (this.throttledUntil(c.reader)) {
       this.log.warn({ reader: c.reader }, 'code refused: reader locked out after failed attempts');
       this.record('credentialRefused', { ...base, reason: 'THROTTLED' });
-      return;
+      return { accepted: false, reason: 'THROTTLED' };
     }
     const hash = hashCode(c.value);
     const matches = this.store.findCodes(hash).filter((m) => c.source === 'qr' || m.type === 'Code');
@@ -322,7 +361,7 @@ export class Agent {
         this.store.clearFailures(c.reader, nowMs + 1);
         this.log.warn({ reader: c.reader, seconds: a.lockoutSeconds }, 'reader locked out after failed attempts');
       }
-      return;
+      return { accepted: false, reason: 'UNKNOWN_CODE' };
     }
     this.store.clearFailures(c.reader);
     // every match opens the same locker (codes are per locker); keep the ones of the first locker
@@ -331,7 +370,7 @@ export class Agent {
     const ref: LockRef = { bus: locker.bus, board: locker.board, lock: locker.lock };
     const sessionId = crypto.randomUUID();
     const alreadyOpen = this.lockView(ref)?.door === 'open';
-    this.record('credentialAccepted', {
+    const journalled = this.record('credentialAccepted', {
       ...base,
       sessionId,
       codeIds: codes.map((m) => m.id),
@@ -340,6 +379,13 @@ export class Agent {
       lockerUid: locker.uid,
       ...ref,
     });
+    if (!journalled) {
+      // a door whose opening cannot be journalled is not opened: the drop-off or pick-up would
+      // never reach the central service
+      this.log.error({ bus: ref.bus, board: ref.board, lock: ref.lock, errorCode: 'JOURNAL_UNAVAILABLE' }, 'code refused: the journal cannot be written; lock not pulsed');
+      this.record('credentialRefused', { ...base, reason: 'JOURNAL_UNAVAILABLE', sessionId });
+      return { accepted: false, reason: 'JOURNAL_UNAVAILABLE', error: this.journalFault ?? undefined };
+    }
     this.applySessions({
       kind: 'start',
       session: { sessionId, lockerUid: locker.uid, at: ref, codes: codes.map((m) => ({ id: m.id, usage: m.usage, shipmentUid: m.shipmentUid })) },
@@ -349,17 +395,18 @@ export class Agent {
     if (r.ok) {
       this.log.info({ bus: ref.bus, board: ref.board, lock: ref.lock, usages: [...new Set(codes.map((m) => m.usage))] }, 'code accepted; lock pulsed');
       this.record('unlockSent', { ...ref, lockerUid: locker.uid, cause: 'code', sessionId, alreadyOpen: r.alreadyOpen });
-    } else {
-      this.log.warn({ bus: ref.bus, board: ref.board, lock: ref.lock, error: r.error }, 'code accepted but the lock could not be pulsed');
-      this.applySessions({ kind: 'abort', at: ref });
-      this.record('credentialRefused', { ...base, reason: 'LOCK_UNAVAILABLE', sessionId, error: r.error });
+      return { accepted: true, lockerUid: locker.uid };
     }
+    this.log.warn({ bus: ref.bus, board: ref.board, lock: ref.lock, error: r.error }, 'code accepted but the lock could not be pulsed');
+    this.applySessions({ kind: 'abort', at: ref });
+    this.record('credentialRefused', { ...base, reason: 'LOCK_UNAVAILABLE', sessionId, error: r.error });
+    return { accepted: false, reason: 'LOCK_UNAVAILABLE', error: r.error };
   }
 
   // ---------------------------------------------------------------- codes
 
   private onCodes(payload: Buffer): void {
-    if (!this.running) return;
+    if (!this.running || this.stopping) return;
     const msg = parseMessage(CodesMessage, payload);
     if (!msg) {
       this.log.warn({ bytes: payload.length }, 'malformed codes message dropped');
@@ -405,7 +452,7 @@ export class Agent {
   // ---------------------------------------------------------------- commands
 
   private async onCommand(payload: Buffer): Promise<void> {
-    if (!this.running) return;
+    if (!this.running || this.stopping) return;
     const cmd = parseMessage(CommandMessage, payload);
     if (!cmd) {
       let commandId: unknown;

@@ -3,10 +3,10 @@
 //   locker-agent check-config --config FILE
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import pino from 'pino';
 import { systemdNotifier } from '@locker/common';
 import { AgentConfigError, loadAgentConfig, type AgentConfig } from './config';
 import { Agent } from './agent';
+import { createAgentLogger } from './logger';
 
 const HELP = `locker-agent: the parcel-locker terminal agent
 
@@ -46,10 +46,11 @@ export async function main(argv: string[]): Promise<void> {
   }
   if (cmd !== 'run') fail(`unknown command ${cmd}\n\n${HELP}`);
   const cfg = config(values.config);
-  const log = pino({ level: cfg.log.level, base: { service: 'locker-agent', terminal: cfg.terminal.id } });
+  const log = createAgentLogger({ level: cfg.log.level, terminalId: cfg.terminal.id });
   const agent = new Agent({ config: cfg, log });
   const notifier = systemdNotifier();
   let stopping = false;
+  let starting: Promise<void> = Promise.resolve();
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
@@ -58,22 +59,26 @@ export async function main(argv: string[]): Promise<void> {
     notifier.stop();
     const t = setTimeout(() => process.exit(1), 15_000);
     t.unref();
+    let code = 0;
     try {
+      await starting.catch(() => undefined); // a start under way finishes first
       await agent.stop();
     } catch (err) {
+      code = 1; // systemd and the tests see that the stop failed
       log.error({ ns: 'agent.cli', err: (err as Error).message }, 'stop failed');
-    } finally {
-      process.exit(0);
     }
+    process.exit(code);
   };
   process.on('SIGTERM', () => void shutdown('SIGTERM'));
   process.on('SIGINT', () => void shutdown('SIGINT'));
   try {
-    await agent.start();
+    starting = agent.start();
+    await starting;
   } catch (err) {
     log.fatal({ ns: 'agent.cli', err: (err as Error).message }, 'agent failed to start');
     process.exit(1);
   }
+  if (stopping) return;
   notifier.ready(`terminal ${cfg.terminal.id} running`);
   notifier.startWatchdog(() => agent.healthy());
 }

@@ -6,3 +6,4 @@ export { EdgeLink, eventPayload } from './edge-link';
 export { decideCodes, type CodesDecision } from './codes';
 export { sessionStep, closeOutcome, lockKey, type Session, type SessionEffect, type SessionInput } from './session';
 export { DiagnosticsServer } from './diagnostics';
+export { createAgentLogger, AGENT_REDACTED_KEYS, type AgentLoggerOptions } from './logger';

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { World, waitFor } from './support/world';
+import { NotifySocket, notifySocketAvailable } from '../../../test-support/notify-socket';
 
 const BIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../bin/locker-agent.js');
 
@@ -32,8 +33,8 @@ describe('agent process: power cut and graceful stop', () => {
   const children: ChildProcess[] = [];
   const stderr: string[] = [];
 
-  const spawnAgent = () => {
-    const child = spawn(process.execPath, [BIN, 'run', '--config', configFile], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, NOTIFY_SOCKET: '' } });
+  const spawnAgent = (env: NodeJS.ProcessEnv = { NOTIFY_SOCKET: '' }) => {
+    const child = spawn(process.execPath, [BIN, 'run', '--config', configFile], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...env } });
     child.stderr!.on('data', (d) => stderr.push(String(d)));
     children.push(child);
     return child;
@@ -84,5 +85,25 @@ describe('agent process: power cut and graceful stop', () => {
     const off = await waitFor(() => w.received.find((x) => x.kind === 'status' && x.body.state === 'offline'), 'offline status');
     expect(off.body).toMatchObject({ terminalId: 'term-a1', reason: 'shutdown' });
     expect(stderr.join('')).toBe('');
+  });
+
+  it.skipIf(!notifySocketAvailable())('systemd: READY=1 once running, WATCHDOG=1 pings while healthy, STOPPING=1 on SIGTERM, exit 0', async () => {
+    const sock = new NotifySocket();
+    await sock.start();
+    try {
+      const child = spawnAgent({ NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '1000000' }); // a ping every 500 ms
+      await waitFor(() => sock.count('READY=1') === 1, 'READY=1', 20_000);
+      expect(sock.messages.find((m) => m.includes('READY=1'))).toContain('STATUS=terminal term-a1 running');
+      await waitFor(() => sock.count('WATCHDOG=1') >= 2, 'two WATCHDOG=1 pings', 5000);
+      expect(sock.count('STOPPING=1')).toBe(0);
+      child.kill('SIGTERM');
+      expect(await exited(child)).toEqual({ code: 0, signal: null });
+      await waitFor(() => sock.count('STOPPING=1') === 1, 'STOPPING=1', 5000);
+      // READY came before any ping, STOPPING after all of them
+      const order = sock.messages.map((m) => (m.includes('READY=1') ? 'R' : m.includes('STOPPING=1') ? 'S' : m.includes('WATCHDOG=1') ? 'W' : '')).filter(Boolean).join('');
+      expect(order).toMatch(/^RW+S$/);
+    } finally {
+      await sock.stop();
+    }
   });
 });

@@ -1,10 +1,13 @@
 // The agent with real parts: the firmware simulator on socat pseudo-terminals (opened with the
 // real `serialport`), the central service's embedded MQTT broker (terminal auth + topic ACL) on a
 // free port, and a SQLite store. The test plays the central side of docs/edge-protocol.md.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import fs from 'node:fs';
+import Database from 'better-sqlite3';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { World, codeEntry, sleep, waitFor } from './support/world';
 
 const types = (evs: any[]) => evs.map((e) => e.type);
+const DOOR_EVENTS = ['doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'forcedOpen', 'doorLeftOpen', 'dropOff', 'pickUp', 'unlockSent'];
 
 describe('agent + simulator + embedded broker', () => {
   let w: World;
@@ -97,7 +100,8 @@ describe('agent + simulator + embedded broker', () => {
     expect(w.agent.state().codes).toMatchObject({ version: 3, count: 1 });
   });
 
-  it('garbage on MQTT and on the RS485 line does not crash it', async () => {
+  it('garbage on MQTT and on the RS485 line does not crash it, and journals no door event from it', async () => {
+    const seqBefore = w.agent.state().journal.lastSeq;
     await w.publish('codes', 'not json at all');
     await w.publish('codes', { v: 1, type: 'snapshot', epoch: 'x' });
     await w.publish('commands', Buffer.from([0xff, 0x00, 0x13]).toString('latin1'));
@@ -111,7 +115,12 @@ describe('agent + simulator + embedded broker', () => {
     await sleep(300);
     sb.faults.clear();
     await waitFor(() => w.agent.buses.bus('bus0').boardOnline(0) === true, 'board online');
+    await sleep(200); // a few clean polls after the garbage
     expect(w.agent.state().codes.version).toBe(3);
+    // nothing moved, so the garbage must not have produced a single door event (board on/offline may)
+    const fromGarbage = w.agent.store.recent(500).filter((r) => r.seq > seqBefore && DOOR_EVENTS.includes(r.type));
+    expect(fromGarbage).toEqual([]);
+    expect([0, 1].flatMap((b) => w.agent.buses.bus('bus0').locks(b)).filter((l) => l.door !== 'closed')).toEqual([]);
     // still working: a hand-opened door is seen and reported as forced
     w.lock(1, 5).openDoor();
     await waitFor(() => w.events().some((e) => e.type === 'forcedOpen' && e.board === 1 && e.lock === 5), 'forcedOpen');
@@ -163,11 +172,61 @@ describe('agent + simulator + embedded broker', () => {
     expect(types(evs.slice(delivered)).filter((t) => t === 'doorClosed')).toHaveLength(3);
   });
 
-  it('a vanished serial port: reported, survived, and the lock works again when it is back', async () => {
+  it('a journal that cannot be written: the code is refused (JOURNAL_UNAVAILABLE), no lock pulsed, the watchdog check fails', async () => {
+    await w.snapshot([codeEntry('c-j', 'DropOff', 'QR-JOURNAL', { board: 1, lock: 8 })], 1, 'epoch-j');
+    const rx: string[] = [];
+    const onFrame = (e: { dir: string; meaning: string }) => e.dir === 'rx' && e.meaning.startsWith('unlock') && rx.push(e.meaning);
+    w.sim.on('frame', onFrame);
+    expect(w.agent.healthy()).toBe(true);
+    const append = vi.spyOn(w.agent.store, 'append').mockImplementation(() => {
+      throw new Error('SQLITE_READONLY: attempt to write a readonly database');
+    });
+    try {
+      const r = await w.agent.presentCredential({ source: 'qr', value: 'QR-JOURNAL', reader: 'scan0' });
+      expect(r).toMatchObject({ accepted: false, reason: 'JOURNAL_UNAVAILABLE' });
+      await sleep(300);
+      expect(rx).toEqual([]);
+      expect(w.lock(1, 8).state.doorOpen).toBe(false);
+      // the store still reads, but the failed write keeps the watchdog from being pinged
+      expect(w.agent.state().journal.lastSeq).toBeGreaterThan(0);
+      expect(w.agent.healthy()).toBe(false);
+      // a remote unlock cannot be begun in the store: not executed, not acknowledged, no crash
+      const begin = vi.spyOn(w.agent.store, 'beginCommand').mockImplementation(() => {
+        throw new Error('SQLITE_READONLY: attempt to write a readonly database');
+      });
+      try {
+        await w.publish('commands', { v: 1, type: 'unlock', commandId: 'cmd-ro', lockerUid: 'locker-1-8', bus: 'bus0', board: 1, lock: 8, shipmentUid: null, reason: 'api', issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 10_000).toISOString() });
+        await sleep(300);
+        expect(begin).toHaveBeenCalled();
+        expect(rx).toEqual([]);
+        expect(w.received.some((r) => r.kind === 'acks' && r.body.commandId === 'cmd-ro')).toBe(false);
+      } finally {
+        begin.mockRestore();
+      }
+    } finally {
+      append.mockRestore();
+      w.sim.off('frame', onFrame);
+    }
+    // writable again: the same code opens the lock, and the next successful write makes it healthy
+    const ok = await w.agent.presentCredential({ source: 'qr', value: 'QR-JOURNAL', reader: 'scan0' });
+    expect(ok).toMatchObject({ accepted: true, lockerUid: 'locker-1-8' });
+    expect(w.agent.healthy()).toBe(true);
+    await waitFor(() => w.lock(1, 8).state.doorOpen, 'lock 1/8 open');
+    w.lock(1, 8).closeDoor();
+    await waitFor(() => w.events().some((e) => e.type === 'accessIncomplete' && e.lockerUid === 'locker-1-8'), 'access over');
+  });
+
+  it('a vanished serial port: reported, survived, codes refused with LOCK_UNAVAILABLE meanwhile, and the lock works again when it is back', async () => {
     const sb = w.sim.bus('bus0');
+    await w.snapshot([codeEntry('c-gone', 'DropOff', 'QR-GONE', { board: 0, lock: 11 })], 1, 'epoch-gone');
     await sb.unplug();
     await waitFor(() => w.events().some((e) => e.type === 'busPortLost'), 'busPortLost');
     expect(w.agent.state().buses[0]!.portOpen).toBe(false);
+    // a valid code while the port is gone: refused with LOCK_UNAVAILABLE (docs/agent.md), journalled
+    await w.sim.scanner('scan0').scan('QR-GONE');
+    const refused = await waitFor(() => w.events().find((e) => e.type === 'credentialRefused' && e.reason === 'LOCK_UNAVAILABLE'), 'LOCK_UNAVAILABLE');
+    expect(refused).toMatchObject({ source: 'qr', reader: 'scan0', error: 'BUS_UNAVAILABLE' });
+    expect(w.events().some((e) => e.type === 'unlockSent' && e.lockerUid === 'locker-0-11')).toBe(false);
     await sb.replug();
     await waitFor(() => w.events().some((e) => e.type === 'busPortRestored'), 'busPortRestored', 10_000);
     await waitFor(() => w.agent.buses.bus('bus0').boardOnline(0) === true, 'board online again');
@@ -175,5 +234,21 @@ describe('agent + simulator + embedded broker', () => {
     await w.sim.scanner('scan0').scan('QR-AFTER');
     await waitFor(() => w.lock(0, 10).state.doorOpen, 'lock 0/10 open after replug');
     w.lock(0, 10).closeDoor();
+  });
+
+  it('stop(): bus events that come while it shuts down are still journalled', async () => {
+    const file = w.config.store.path;
+    const stopping = w.agent.stop();
+    // a door event reported by the bus after stop() began, before the buses stopped
+    w.agent.buses.emit('forcedOpen', { type: 'forcedOpen', bus: 'bus0', board: 1, lock: 12, reason: 'during-shutdown', at: Date.now() } as never);
+    await stopping;
+    expect(fs.existsSync(file)).toBe(true);
+    const db = new Database(file, { readonly: true });
+    try {
+      const rows = db.prepare("SELECT type, fields FROM journal WHERE type = 'forcedOpen'").all() as { type: string; fields: string }[];
+      expect(rows.map((r) => JSON.parse(r.fields)).filter((f) => f.lock === 12 && f.reason === 'during-shutdown')).toHaveLength(1);
+    } finally {
+      db.close();
+    }
   });
 });

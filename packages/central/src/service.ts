@@ -2,6 +2,7 @@
 // only assigns; start() does the work; stop() shuts down in reverse order.
 import crypto from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
+import { sql } from 'kysely';
 import type { Config } from './config';
 import { openDatabase, type Db } from './db/database';
 import { createLogger, type Logger } from './logger';
@@ -71,6 +72,27 @@ export class CentralService {
     if (this.opts.startWorkers !== false) for (const w of this.ctx.workers) await w.start();
     this.started = true;
     return this.ctx;
+  }
+
+  /**
+   * Healthy enough to ping the systemd watchdog: started and the database answers a trivial
+   * query within `timeoutMs`.
+   */
+  async healthy(timeoutMs = 5000): Promise<boolean> {
+    if (!this.started) return false;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      const probe = sql`select 1 as ok`.execute(this.ctx.db.kysely).then(() => true);
+      const timeout = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      });
+      return await Promise.race([probe, timeout]);
+    } catch (err) {
+      this.ctx.log.warn({ ns: 'central.service', err: (err as Error).message }, 'health check failed');
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Listens on the configured host and port; returns the address. */

@@ -6,19 +6,23 @@ import { execFile } from 'node:child_process';
 export interface Notifier {
   ready(status?: string): void;
   stopping(): void;
-  /** starts watchdog pings when systemd asked for them; `healthy` gates each ping */
-  startWatchdog(healthy?: () => boolean): void;
+  /**
+   * starts watchdog pings when systemd asked for them; `healthy` gates each ping (a promise is
+   * awaited: a check that rejects, answers false or is still running at the next tick sends none)
+   */
+  startWatchdog(healthy?: () => boolean | Promise<boolean>): void;
   stop(): void;
 }
 
-function send(args: string[]): void {
-  execFile('systemd-notify', args, () => {
-    /* best effort: no systemd, no harm */
-  });
-}
 
 export function systemdNotifier(env: NodeJS.ProcessEnv = process.env): Notifier {
   const active = !!env.NOTIFY_SOCKET;
+  // the socket of the environment this notifier was made for (not necessarily process.env)
+  const send = (args: string[]): void => {
+    execFile('systemd-notify', args, { env: { ...process.env, NOTIFY_SOCKET: env.NOTIFY_SOCKET } }, () => {
+      /* best effort: no systemd, no harm */
+    });
+  };
   let timer: NodeJS.Timeout | null = null;
   return {
     ready(status) {
@@ -30,8 +34,21 @@ export function systemdNotifier(env: NodeJS.ProcessEnv = process.env): Notifier 
     startWatchdog(healthy = () => true) {
       const usec = Number(env.WATCHDOG_USEC ?? 0);
       if (!active || !usec) return;
+      let checking = false;
       timer = setInterval(() => {
-        if (healthy()) send(['WATCHDOG=1']);
+        if (checking) return; // the last check hangs: no ping, systemd restarts the service
+        checking = true;
+        Promise.resolve()
+          .then(healthy)
+          .then(
+            (ok) => {
+              if (ok && timer) send(['WATCHDOG=1']);
+            },
+            () => undefined,
+          )
+          .finally(() => {
+            checking = false;
+          });
       }, Math.max(500, usec / 2000));
       timer.unref();
     },

@@ -41,6 +41,31 @@ describe('ScannerReader (unit)', () => {
     expect(vals(got)).toEqual(['qr:PARCEL-42']);
   });
 
+  it('a configured suffix is trusted from the first read: a slow chunk does not cut the code in two', async () => {
+    const { r, got } = reader({ suffix: '\r', suffixedIdleTimeoutMs: 500 });
+    await r.start();
+    r.feed(Buffer.from('PARCEL-'));
+    await sleep(80); // longer than the inter-byte timeout (30 ms)
+    r.feed(Buffer.from('42\r'));
+    expect(vals(got)).toEqual(['qr:PARCEL-42']);
+    // unset: the first read (no suffix seen yet) is ended by the silence
+    const auto = reader();
+    await auto.r.start();
+    auto.r.feed(Buffer.from('PARCEL-'));
+    await sleep(80);
+    auto.r.feed(Buffer.from('43\r'));
+    expect(vals(auto.got)).toEqual(['qr:PARCEL-', 'qr:43']);
+  });
+
+  it("suffix '': silence ends every read, also after a stray CR", async () => {
+    const { r, got } = reader({ suffix: '' });
+    await r.start();
+    r.feed(Buffer.from('AAA\r'));
+    r.feed(Buffer.from('BB'));
+    await sleep(80);
+    expect(vals(got)).toEqual(['qr:AAA', 'qr:BB']);
+  });
+
   it('a read split at every offset is reassembled', async () => {
     const { r, got } = reader({ dedupeWindowMs: 0 });
     await r.start();

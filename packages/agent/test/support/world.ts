@@ -85,6 +85,9 @@ export class World {
     this.broker = new EmbeddedBroker({ host: '127.0.0.1', port, db: this.t.ctx.db.kysely, log: centralLog });
     await this.broker.start();
     this.brokerPort = Number(new URL(this.broker.address()!).port);
+    // plays the central's edge sync storing each event before its PUBACK (without a store the
+    // broker refuses up/events: an event is never acknowledged unless something took it)
+    await this.broker.subscribe('locker/v1/t/+/up/events', () => undefined, { beforeAck: true });
     await this.broker.subscribe('locker/v1/t/+/up/#', (topic, payload) => {
       const p = parseEdgeTopic(topic);
       let body: any = null;

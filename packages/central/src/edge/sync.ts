@@ -58,6 +58,9 @@ export class EdgeSync implements Worker {
   private wakePoll: (() => void) | null = null;
   private lastReconcile = 0;
   private lastRetry = 0;
+  private subscribed = false;
+  /** events being stored right now (their PUBACK waits); stop() waits for them */
+  private readonly storing = new Set<Promise<void>>();
 
   constructor(
     private readonly ctx: AppContext,
@@ -78,10 +81,14 @@ export class EdgeSync implements Worker {
     if (this.running) return;
     this.running = true;
     instances.add(this);
-    await this.bus.subscribe(edgeTopics.allUp('status'), (t, p) => this.route(t, p, (id) => this.onStatus(id, p)));
-    await this.bus.subscribe(edgeTopics.allUp('sync'), (t, p) => this.route(t, p, (id) => this.onSync(id, p)));
-    // embedded broker: an event is stored before the terminal gets its PUBACK
-    await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.onEvent(id, p)), { beforeAck: true });
+    if (!this.subscribed) {
+      // a bus has no unsubscribe: after stop() the handlers stay, and route() refuses events
+      this.subscribed = true;
+      await this.bus.subscribe(edgeTopics.allUp('status'), (t, p) => this.route(t, p, (id) => this.onStatus(id, p)));
+      await this.bus.subscribe(edgeTopics.allUp('sync'), (t, p) => this.route(t, p, (id) => this.onSync(id, p)));
+      // embedded broker: an event is stored before the terminal gets its PUBACK
+      await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.trackStoring(this.onEvent(id, p))), { beforeAck: true });
+    }
     this.pollLoop = this.loop();
     this.log.info('edge sync started');
   }
@@ -93,12 +100,24 @@ export class EdgeSync implements Worker {
     for (const t of this.timers) clearTimeout(t);
     this.wakePoll?.();
     await this.pollLoop;
+    await Promise.allSettled([...this.storing]);
     await Promise.allSettled([...this.chains.values()]);
   }
 
+  private trackStoring(p: Promise<void>): Promise<void> {
+    this.storing.add(p);
+    void p.catch(() => undefined).then(() => this.storing.delete(p));
+    return p;
+  }
+
   private route(topic: string, _payload: Buffer, fn: (terminalId: string) => Promise<void>): Promise<void> | void {
-    if (!this.running) return;
     const p = parseEdgeTopic(topic);
+    if (!this.running) {
+      // an event that arrives while the sync is stopped is not stored, so it must not be
+      // acknowledged: the rejection makes the broker refuse it and the terminal sends it again
+      if (p?.dir === 'up' && p.kind === 'events') throw Object.assign(new Error('edge sync not running: event not stored'), { code: 'EDGE_SYNC_STOPPED' });
+      return;
+    }
     if (!p || p.dir !== 'up') return;
     return fn(p.terminalId).catch((err) => {
       this.log.error({ err: (err as Error).message, terminal: p.terminalId, kind: p.kind }, 'edge message handling failed');

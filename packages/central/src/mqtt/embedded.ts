@@ -6,8 +6,8 @@ import { Aedes, type AedesPublishPacket, type Client } from 'aedes';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
-import { verifySecret } from '../auth/secrets';
-import { mayPublish, maySubscribe } from './topics';
+import { verifySecretAsync } from '../auth/secrets';
+import { TOPIC_ROOT, mayPublish, maySubscribe } from './topics';
 import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
 
 export interface EmbeddedBrokerOptions {
@@ -17,7 +17,32 @@ export interface EmbeddedBrokerOptions {
   log: Logger;
   /** when the port is taken (say by a system Mosquitto), listen on a free one instead of failing */
   fallbackToFreePort?: boolean;
+  /**
+   * Topic filters whose terminal messages are acknowledged only by a beforeAck handler (the edge
+   * sync storing them): with no such handler registered the message is refused, so the terminal
+   * keeps it and sends it again. Default: every terminal's up/events. [] makes a plain bus.
+   */
+  storedBeforeAck?: string[];
+  /** throttling of failed terminal logins (defaults: AUTH_THROTTLE) */
+  authThrottle?: Partial<AuthThrottle>;
 }
+
+export interface AuthThrottle {
+  /** failed logins of one terminal id from one address within windowMs before it is blocked */
+  maxFailuresPerClient: number;
+  /** failed logins from one address (any terminal id) within windowMs before it is blocked */
+  maxFailuresPerAddress: number;
+  windowMs: number;
+  /** how long a blocked client id / address is refused without checking the secret */
+  blockMs: number;
+}
+
+export const AUTH_THROTTLE: AuthThrottle = { maxFailuresPerClient: 5, maxFailuresPerAddress: 20, windowMs: 60_000, blockMs: 60_000 };
+
+type Failures = { count: number; since: number; blockedUntil: number };
+
+/** The terminal messages the embedded broker never acknowledges unless a handler stored them. */
+export const STORED_BEFORE_ACK = [`${TOPIC_ROOT}/+/up/events`];
 
 const AUTH_CACHE_MS = 60_000;
 
@@ -27,11 +52,14 @@ export class EmbeddedBroker implements MessageBus {
   private server: net.Server | null = null;
   private addr: string | null = null;
   private readonly authCache = new Map<string, { at: number; hash: string }>();
+  private readonly failures = new Map<string, Failures>();
+  private readonly throttle: AuthThrottle;
   private readonly beforeAck: { filter: string; handler: Handler }[] = [];
   private readonly log: Logger;
 
   constructor(private readonly opts: EmbeddedBrokerOptions) {
     this.log = opts.log.child({ ns: 'central.mqtt.broker' });
+    this.throttle = { ...AUTH_THROTTLE, ...opts.authThrottle };
   }
 
   async start(): Promise<void> {
@@ -40,8 +68,8 @@ export class EmbeddedBroker implements MessageBus {
       authenticate: (client, username, password, done) => {
         this.authenticate(client, username, password).then(
           (ok) => {
-            if (ok) return done(null, true);
-            const err = Object.assign(new Error('bad terminal id or secret'), { returnCode: 4 as const });
+            if (ok === true) return done(null, true);
+            const err = ok === 'throttled' ? Object.assign(new Error('too many failed logins'), { returnCode: 5 as const }) : Object.assign(new Error('bad terminal id or secret'), { returnCode: 4 as const });
             done(err as never, false);
           },
           (e) => {
@@ -59,7 +87,13 @@ export class EmbeddedBroker implements MessageBus {
         // beforeAck subscribers run here, before aedes writes the PUBACK (QoS 1 acks first, then
         // delivers): the terminal's message is acknowledged only once they are done with it
         const hooks = this.beforeAck.filter((h) => topicMatches(h.filter, packet.topic));
-        if (!hooks.length) return cb(null);
+        if (!hooks.length) {
+          if (!(this.opts.storedBeforeAck ?? STORED_BEFORE_ACK).some((f) => topicMatches(f, packet.topic))) return cb(null);
+          // nothing would store it (the edge sync is not running yet, or any more): refused, the
+          // connection drops and the terminal sends it again from its journal
+          this.log.warn({ terminal: client.id, topic: packet.topic, errorCode: 'NOT_STORED' }, 'terminal message refused: nothing stores it yet; the terminal sends it again');
+          return cb(Object.assign(new Error('message not stored'), { code: 'NOT_STORED' }));
+        }
         const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
         void Promise.allSettled(hooks.map((h) => Promise.resolve().then(() => h.handler(packet.topic, payload)))).then((results) => {
           const failed = results.filter((r) => r.status === 'rejected');
@@ -102,7 +136,51 @@ export class EmbeddedBroker implements MessageBus {
     this.log.info({ listen: this.addr }, 'embedded MQTT broker listening');
   }
 
-  private async authenticate(client: Client, username: string | undefined, password: Buffer | undefined): Promise<boolean> {
+  /**
+   * true: a provisioned terminal with its secret. The secret is checked with scrypt on the thread
+   * pool (never on the event loop), and failed logins are throttled per terminal id and address
+   * and per address: a blocked one is refused without running scrypt at all.
+   */
+  private async authenticate(client: Client, username: string | undefined, password: Buffer | undefined): Promise<boolean | 'throttled'> {
+    const address = (client.conn as { remoteAddress?: string } | undefined)?.remoteAddress ?? 'unknown';
+    const clientKey = `id:${client.id}@${address}`;
+    const addressKey = `addr:${address}`;
+    const now = Date.now();
+    for (const k of [clientKey, addressKey]) {
+      const f = this.failures.get(k);
+      if (f && f.blockedUntil > now) return 'throttled';
+    }
+    // every attempt counts as failed until it succeeded, so a burst of concurrent CONNECTs is
+    // throttled too (not only the ones after the first checks finished)
+    this.failed(clientKey, this.throttle.maxFailuresPerClient, { terminal: client.id, address });
+    this.failed(addressKey, this.throttle.maxFailuresPerAddress, { address });
+    const ok = await this.checkSecret(client, username, password);
+    if (ok) {
+      this.failures.delete(clientKey);
+      const f = this.failures.get(addressKey);
+      if (f && f.count > 0) f.count--;
+    }
+    return ok;
+  }
+
+  private failed(key: string, max: number, who: { terminal?: string; address: string }): void {
+    const now = Date.now();
+    let f = this.failures.get(key);
+    if (!f || now - f.since > this.throttle.windowMs) f = { count: 0, since: now, blockedUntil: 0 };
+    f.count++;
+    if (f.count >= max) {
+      f.blockedUntil = now + this.throttle.blockMs;
+      f.count = 0;
+      f.since = now;
+      this.log.warn({ ...who, failures: max, blockSeconds: Math.round(this.throttle.blockMs / 1000), errorCode: 'AUTH_THROTTLED' }, 'too many failed terminal logins: further logins refused for a while without checking');
+    }
+    this.failures.set(key, f);
+    if (this.failures.size > 10_000) {
+      for (const [k, v] of this.failures) if (v.blockedUntil <= now && now - v.since > this.throttle.windowMs) this.failures.delete(k);
+    }
+  }
+
+  private async checkSecret(client: Client, username: string | undefined, password: Buffer | undefined): Promise<boolean> {
     if (!username || !password || client.id !== username) return false;
     const secret = password.toString('utf8');
     const row = await this.opts.db.selectFrom('terminals').select(['id', 'secret_hash']).where('id', '=', username).executeTakeFirst();
@@ -110,7 +188,7 @@ export class EmbeddedBroker implements MessageBus {
     const key = `${username}\u0000${secret}`;
     const hit = this.authCache.get(key);
     if (hit && hit.hash === row.secret_hash && Date.now() - hit.at < AUTH_CACHE_MS) return true;
-    const ok = verifySecret(secret, row.secret_hash);
+    const ok = await verifySecretAsync(secret, row.secret_hash);
     if (ok) this.authCache.set(key, { at: Date.now(), hash: row.secret_hash });
     return ok;
   }

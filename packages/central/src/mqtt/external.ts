@@ -29,6 +29,17 @@ export function centralClientId(opts: { clientId?: string; username?: string }, 
   return opts.clientId || opts.username || `locker-central-${hostname}`;
 }
 
+/** The broker URL for logs and display: a password in it is masked, a user name kept. */
+export function maskUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '(invalid url)';
+  }
+}
+
 export class ExternalBroker implements MessageBus {
   readonly kind = 'external' as const;
   private client: MqttClient | null = null;
@@ -66,17 +77,18 @@ export class ExternalBroker implements MessageBus {
     client.on('reconnect', () => this.log.info('reconnecting to broker'));
     this.client = client;
     await new Promise<void>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`cannot connect to MQTT broker ${this.opts.url}`)), 10_000);
+      const t = setTimeout(() => reject(new Error(`cannot connect to MQTT broker ${maskUrl(this.opts.url)}`)), 10_000);
       client.once('connect', () => {
         clearTimeout(t);
         resolve();
       });
     });
-    this.log.info({ url: this.opts.url }, 'connected to external MQTT broker');
+    this.log.info({ url: maskUrl(this.opts.url) }, 'connected to external MQTT broker');
   }
 
+  /** the broker URL, its password masked (shown on the console; terminals use their own credentials) */
   address(): string | null {
-    return this.opts.url;
+    return maskUrl(this.opts.url);
   }
 
   async publish(topic: string, payload: Buffer | string, opts: { qos?: 0 | 1; retain?: boolean } = {}): Promise<void> {

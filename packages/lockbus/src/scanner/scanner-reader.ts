@@ -38,6 +38,13 @@ export interface ScannerReaderOptions {
    * this long instead (a slow chunk no longer cuts a code in two). Default 1000 ms.
    */
   suffixedIdleTimeoutMs?: number;
+  /**
+   * The suffix the scanner is set to send. CR, LF and CR LF always end a read; a configured one is
+   * trusted from the first read on (a slow chunk then waits suffixedIdleTimeoutMs, not the
+   * inter-byte timeout). '' = the scanner sends none: silence always ends a read. Unset: learnt
+   * from the first suffix seen.
+   */
+  suffix?: '\r' | '\n' | '\r\n' | '';
   /** Same source + value again within this window (measured from the last repeat): reported once. 0 = off. Default 1500 ms. */
   dedupeWindowMs?: number;
   /** Longest accepted read; longer input is dropped as noise. Default 1024 characters. */
@@ -87,6 +94,7 @@ export class ScannerReader extends EventEmitter<ScannerReaderEvents> {
     this.dedupeMs = opts.dedupeWindowMs ?? 1500;
     this.maxLength = opts.maxLength ?? 1024;
     this.backoff = opts.reconnect?.initialMs ?? 250;
+    this.sawSuffix = !!opts.suffix;
   }
 
   /** Opens the port (if any). A reader without a port only takes presentPin() / feed(). */
@@ -136,7 +144,7 @@ export class ScannerReader extends EventEmitter<ScannerReaderEvents> {
       if (b === CR || b === LF) {
         const isLfAfterCr = b === LF && this.lastWasCR;
         this.lastWasCR = b === CR;
-        this.sawSuffix = true;
+        if (this.opts.suffix !== '') this.sawSuffix = true;
         if (isLfAfterCr && this.buf.length === 0) continue; // the LF of a CR LF pair
         this.endRead();
         continue;
