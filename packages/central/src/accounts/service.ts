@@ -9,7 +9,7 @@ import type { Logger } from '../logger';
 import { ApiError, invalidRequest } from '../errors';
 import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
-import { canManageAccount } from './access';
+import { canManageAccount, notOthersMainAccount } from './access';
 import { AccountFailure } from './route';
 import { generateMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
@@ -94,7 +94,12 @@ export function joinStreet(name: string | null, no: string | null): string | nul
   return [name ?? '', no ?? ''].filter((s) => s !== '').join(' ');
 }
 
-export function accountFields(row: AccountRow, pupName: string | null): AccountFields {
+/**
+ * The Account fields of a row. `pupVisible` false hides the main PUP (uid and name null): a tenant
+ * sees only the pick up points it manages, also when it manages the account through a shared PUP
+ * while the main PUP is another tenant's.
+ */
+export function accountFields(row: AccountRow, pupName: string | null, pupVisible = true): AccountFields {
   return {
     userUid: row.uid,
     userName: row.user_name,
@@ -102,8 +107,8 @@ export function accountFields(row: AccountRow, pupName: string | null): AccountF
     lastName: row.last_name,
     emailAddress: row.email_address,
     phoneNumber: row.phone_number,
-    mainPupUid: row.main_pup_uid,
-    mainPupName: pupName,
+    mainPupUid: pupVisible ? row.main_pup_uid : null,
+    mainPupName: pupVisible ? pupName : null,
     mailCode: row.mail_code,
     languageCode: row.language_code,
     street: joinStreet(row.street_name, row.street_no),
@@ -235,8 +240,14 @@ export class AccountService {
     return r?.name ?? null;
   }
 
-  async fields(q: Q, row: AccountRow): Promise<AccountFields> {
-    return accountFields(row, await this.pupName(q, row.main_pup_uid));
+  /** Whether the tenant may see the account's main PUP (one it manages). */
+  static seesPup(tenant: TenantPrincipal, pupUid: string | null): boolean {
+    return pupUid !== null && tenant.pupUids.has(pupUid);
+  }
+
+  async fields(q: Q, row: AccountRow, tenant: TenantPrincipal): Promise<AccountFields> {
+    const visible = AccountService.seesPup(tenant, row.main_pup_uid);
+    return accountFields(row, visible ? await this.pupName(q, row.main_pup_uid) : null, visible);
   }
 
   /** A free mail code (checked before insert; the unique index catches the rare race). */
@@ -292,7 +303,7 @@ export class AccountService {
     if (!row && b.emailAddress && b.emailAddress.trim()) row = await this.byEmail(db, b.emailAddress);
     if (!row) return { isExisting: false, canManageUser: false, ...NULL_ACCOUNT };
     if (!(await canManageAccount(db, tenant, row.uid))) return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
-    return { isExisting: true, canManageUser: true, ...(await this.fields(db, row)) };
+    return { isExisting: true, canManageUser: true, ...(await this.fields(db, row, tenant)) };
   }
 
   // --- GetAccounts --------------------------------------------------------------------------
@@ -332,7 +343,8 @@ export class AccountService {
             .whereRef('ap.account_uid', '=', 'a.uid')
             .where('tp.tenant_uid', '=', tenant.uid),
         ),
-      );
+      )
+      .where((eb) => notOthersMainAccount(eb, tenant));
     const t = (v: string | null | undefined) => (v ?? '').trim();
     if (t(b.pupUid)) {
       const pup = t(b.pupUid);
@@ -362,7 +374,7 @@ export class AccountService {
       .offset((b.pageNo - 1) * b.pageSize)
       .execute();
     const items = rows.map((r) => {
-      const f = accountFields(r, r.pup_name ?? null);
+      const f = accountFields(r, r.pup_name ?? null, AccountService.seesPup(tenant, r.main_pup_uid));
       const item: Record<string, unknown> = { userUid: f.userUid, userName: f.userName, canManage: true };
       if (inc.email) item.emailAddress = f.emailAddress;
       if (inc.fullName) Object.assign(item, { firstName: f.firstName, lastName: f.lastName });
@@ -391,7 +403,8 @@ export class AccountService {
       }, () => new ApiError('InternalError', 'could not assign a mail code', 500));
       this.log.info({ userUid: row.uid, tenant: tenant.clientId }, 'mail code assigned');
     }
-    const pup = row.main_pup_uid ? await this.db.selectFrom('pups').selectAll().where('uid', '=', row.main_pup_uid).executeTakeFirst() : undefined;
+    // Only a main PUP the caller manages is described; another tenant's PUP stays hidden (null).
+    const pup = AccountService.seesPup(tenant, row.main_pup_uid) ? await this.db.selectFrom('pups').selectAll().where('uid', '=', row.main_pup_uid!).executeTakeFirst() : undefined;
     const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : v != null && v !== '' && Number.isFinite(Number(v)) ? Number(v) : null);
     const str = (v: unknown) => (typeof v === 'string' ? v : '');
     let delivery: Record<string, unknown> | null = null;
@@ -481,7 +494,7 @@ export class AccountService {
       () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
     );
     this.log.info({ userUid: row.uid, tenant: tenant.clientId, fields: changed }, 'account details set');
-    const f = await this.fields(this.db, row);
+    const f = await this.fields(this.db, row, tenant);
     const s = shortFields(f);
     return {
       userUid: s.userUid, canManageUser: true, firstName: s.firstName, lastName: s.lastName, emailAddress: s.emailAddress, phoneNumber: s.phoneNumber,
@@ -505,8 +518,12 @@ export class AccountService {
         if (changed) {
           await trx.updateTable('accounts').set({ main_pup_uid: pupUid, updated_at: this.now() }).where('uid', '=', cur.uid).execute();
           // The link to the previous main PUP goes with it, but only when the caller manages that
-          // PUP (never drop another tenant's link). The new link keeps the account manageable.
-          if (old && tenant.pupUids.has(old)) await trx.deleteFrom('account_pups').where('account_uid', '=', cur.uid).where('pup_uid', '=', old).execute();
+          // PUP and no other tenant does: another tenant's link (also through a shared PUP) is
+          // never removed. The new link keeps the account manageable.
+          if (old && tenant.pupUids.has(old)) {
+            const shared = await trx.selectFrom('tenant_pups').select('tenant_uid').where('pup_uid', '=', old).where('tenant_uid', '<>', tenant.uid).executeTakeFirst();
+            if (!shared) await trx.deleteFrom('account_pups').where('account_uid', '=', cur.uid).where('pup_uid', '=', old).execute();
+          }
         }
         return { userUid: cur.uid, pupUid, pickUpPointChanged: changed };
       },
@@ -583,8 +600,8 @@ export class AccountService {
     return { ...shortFieldsNoUser(), userName: null, userUid: uid, canManageUser: false, ...(withExisting ? { isExisting: true } : {}) };
   }
 
-  private async created(row: AccountRow) {
-    return { ...shortFields(await this.fields(this.db, row)), canManageUser: true };
+  private async created(row: AccountRow, tenant: TenantPrincipal) {
+    return { ...shortFields(await this.fields(this.db, row, tenant)), canManageUser: true };
   }
 
   async create(tenant: TenantPrincipal, b: CreateInput) {
@@ -613,7 +630,7 @@ export class AccountService {
       () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
     );
     this.log.info({ userUid: row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
-    const data = await this.created(row);
+    const data = await this.created(row, tenant);
     if (!flags) {
       this.log.warn({ userUid: row.uid, tenant: tenant.clientId }, 'mutation configuration refused');
       throw new AccountFailure('MutationConfigFailed', `account created, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
@@ -667,7 +684,7 @@ export class AccountService {
     );
     if (!out.isExisting) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
     else if (out.touched) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, fields: ['emailAddress'] }, 'account e-mail address updated');
-    const data = { ...(await this.created(out.row)), isExisting: out.isExisting };
+    const data = { ...(await this.created(out.row, tenant)), isExisting: out.isExisting };
     if (out.flagsRefused) {
       throw new AccountFailure('MutationConfigFailed', `account ${out.isExisting ? 'updated' : 'created'}, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
     }
