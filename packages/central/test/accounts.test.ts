@@ -273,6 +273,23 @@ describeEngines('accounts API', (engine) => {
         mailCode: null, languageCode: null, street: null, mailbox: null, city: null, countryCode: null,
       });
     });
+
+    it("answers not found for another tenant's account looked up by userUid or userName; only the e-mail address reveals it", async () => {
+      const a = await create({ userName: `hidden-${uniq()}` });
+      const notFound = { success: true, isExisting: false, canManageUser: false, userUid: null, userName: null, emailAddress: null };
+      for (const q of [{ userUid: a.userUid }, { userName: a.userName }, { userUid: a.userUid, userName: a.userName }]) {
+        expect((await t.post('/v1/Account/GetAccount', q, tokB)).body, JSON.stringify(q)).toMatchObject(notFound);
+      }
+      // the search goes on past a criterion that found only an unmanageable account
+      const own = await create({ pickUpPointUid: PUP_B1 }, tokB);
+      const next = await t.post('/v1/Account/GetAccount', { userUid: a.userUid, userName: a.userName, emailAddress: own.emailAddress }, tokB);
+      expect(next.body).toMatchObject({ isExisting: true, canManageUser: true, userUid: own.userUid, emailAddress: own.emailAddress });
+      const byEmail = await t.post('/v1/Account/GetAccount', { userUid: a.userUid, emailAddress: a.emailAddress }, tokB);
+      expect(byEmail.body).toMatchObject({ isExisting: true, canManageUser: false, userUid: a.userUid, userName: null, emailAddress: null });
+      // a manageable account found by userUid still wins over the later criteria
+      const first = await t.post('/v1/Account/GetAccount', { userUid: own.userUid, emailAddress: a.emailAddress }, tokB);
+      expect(first.body).toMatchObject({ canManageUser: true, userUid: own.userUid });
+    });
   });
 
   describe('GetAccounts', () => {

@@ -296,14 +296,27 @@ export class AccountService {
 
   async getAccount(tenant: TenantPrincipal, b: { userUid?: string | null; userName?: string | null; emailAddress?: string | null }) {
     const db = this.db;
-    // Search order: userUid, userName, emailAddress; the first given criterion that finds an account wins.
-    let row: AccountRow | undefined;
-    if (b.userUid && b.userUid.trim()) row = await this.byUid(db, b.userUid.trim());
-    if (!row && b.userName && b.userName.trim()) row = await this.byUserName(db, b.userName);
-    if (!row && b.emailAddress && b.emailAddress.trim()) row = await this.byEmail(db, b.emailAddress);
-    if (!row) return { isExisting: false, canManageUser: false, ...NULL_ACCOUNT };
-    if (!(await canManageAccount(db, tenant, row.uid))) return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
-    return { isExisting: true, canManageUser: true, ...(await this.fields(db, row, tenant)) };
+    // Search order: userUid, userName, emailAddress; the first given criterion that finds an account
+    // wins. For an account the caller cannot manage, only the e-mail address may reveal that it
+    // exists (locker-api.md): found by userUid or userName it counts as not found, and the search
+    // goes on with the next criterion.
+    const full = async (row: AccountRow) => ({ isExisting: true, canManageUser: true, ...(await this.fields(db, row, tenant)) });
+    if (b.userUid && b.userUid.trim()) {
+      const row = await this.byUid(db, b.userUid.trim());
+      if (row && (await canManageAccount(db, tenant, row.uid))) return full(row);
+    }
+    if (b.userName && b.userName.trim()) {
+      const row = await this.byUserName(db, b.userName);
+      if (row && (await canManageAccount(db, tenant, row.uid))) return full(row);
+    }
+    if (b.emailAddress && b.emailAddress.trim()) {
+      const row = await this.byEmail(db, b.emailAddress);
+      if (row) {
+        if (await canManageAccount(db, tenant, row.uid)) return full(row);
+        return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
+      }
+    }
+    return { isExisting: false, canManageUser: false, ...NULL_ACCOUNT };
   }
 
   // --- GetAccounts --------------------------------------------------------------------------
