@@ -40,6 +40,9 @@ describe('account field rules (pure)', () => {
     expect(() => normalizeDetails({ city: 'X' })).toThrow(/streetName, streetNo, mailbox, countryCode/);
     expect(normalizeDetails({ streetName: 'Dam', streetNo: '', mailbox: '', city: 'Amsterdam', countryCode: 'nl' }).address).toEqual({ streetName: 'Dam', streetNo: '', mailbox: '', city: 'Amsterdam', countryCode: 'NL' });
     expect(() => normalizeDetails({ streetName: 'Dam', streetNo: '1', mailbox: '', city: 'Amsterdam', countryCode: 'XX' })).toThrow(/countryCode/);
+    // the create calls take each address field on its own
+    expect(normalizeDetails({ city: ' Utrecht ', countryCode: 'nl' }, { wholeAddress: false }).address).toEqual({ city: 'Utrecht', countryCode: 'NL' });
+    expect(() => normalizeDetails({ countryCode: 'XX' }, { wholeAddress: false })).toThrow(/countryCode/);
   });
 });
 
@@ -81,6 +84,24 @@ describeEngines('accounts API', (engine) => {
       expect(await links(res.body.userUid)).toEqual([PUP_A1]);
       const got = await t.post('/v1/Account/GetAccount', { userUid: res.body.userUid });
       expect(got.body).toMatchObject({ street: 'Damrak 1', mailbox: 'B', city: 'Amsterdam', countryCode: 'NL' });
+    });
+
+    it('accepts a partial address (each address field is optional on create)', async () => {
+      const cases: [Record<string, unknown>, Record<string, unknown>][] = [
+        [{ city: 'Utrecht', countryCode: 'nl' }, { street: null, mailbox: null, city: 'Utrecht', countryCode: 'NL' }],
+        [{ streetName: 'Damrak' }, { street: 'Damrak', mailbox: null, city: null, countryCode: null }],
+        [{ streetNo: '12a', mailbox: 'B' }, { street: '12a', mailbox: 'B', city: null, countryCode: null }],
+      ];
+      for (const [addr, want] of cases) {
+        const a = await create(addr);
+        const got = await t.post('/v1/Account/GetAccount', { userUid: a.userUid });
+        expect(got.body, JSON.stringify(addr)).toMatchObject(want);
+      }
+      const og = await t.post('/v1/Account/CreateOrGetAccount', newAccount({ city: 'Delft' }));
+      expect(og.body).toMatchObject({ success: true, isExisting: false });
+      expect((await t.post('/v1/Account/GetAccount', { userUid: og.body.userUid })).body).toMatchObject({ city: 'Delft', countryCode: null });
+      const bad = await t.post('/v1/Account/CreateAccount', newAccount({ countryCode: 'XX' }));
+      expect(bad.body).toMatchObject({ success: false, error: 'InvalidRequest', message: expect.stringContaining('countryCode') });
     });
 
     it('uses a given userName', async () => {
@@ -138,7 +159,7 @@ describeEngines('accounts API', (engine) => {
       [{ phoneNumber: '0612345678' }, 'phoneNumber'],
       [{ languageCode: 'dutch' }, 'languageCode'],
       [{ firstName: '  ' }, 'firstName'],
-      [{ city: 'Amsterdam' }, 'streetName'],
+      [{ streetName: '  ' }, 'streetName'],
       [{ streetName: 'Damrak', streetNo: '1', mailbox: '', city: 'Amsterdam', countryCode: 'Netherlands' }, 'countryCode'],
     ])('refuses %o with InvalidRequest naming %s', async (over, field) => {
       const res = await t.post('/v1/Account/CreateAccount', newAccount(over));

@@ -148,17 +148,20 @@ export interface NormalizedDetails {
   phoneNumber?: string | null;
   languageCode?: string | null;
   name?: { first: string; last: string };
-  address?: { streetName: string; streetNo: string; mailbox: string; city: string; countryCode: string };
+  /** complete for SetAccountDetails; on create only the fields given */
+  address?: Partial<{ streetName: string; streetNo: string; mailbox: string; city: string; countryCode: string }>;
 }
 
 const given = (v: string | null | undefined): v is string => v !== null && v !== undefined;
 
 /**
  * Validates the detail fields shared by SetAccountDetails and the create calls. Null or absent
- * means "not set". Name group: firstName and lastName together. Address group: streetName,
- * streetNo, mailbox, city and countryCode together (streetNo and mailbox may be empty strings).
+ * means "not set". Name group: firstName and lastName together. Address group (SetAccountDetails
+ * only, `wholeAddress`): streetName, streetNo, mailbox, city and countryCode together; the create
+ * calls take each of them on its own (locker-api.md lists them as individually optional there).
+ * streetNo and mailbox may be empty strings.
  */
-export function normalizeDetails(b: DetailsInput): NormalizedDetails {
+export function normalizeDetails(b: DetailsInput, opts: { wholeAddress: boolean } = { wholeAddress: true }): NormalizedDetails {
   const out: NormalizedDetails = {};
   if (given(b.emailAddress)) out.emailAddress = normEmail(b.emailAddress);
   if (given(b.phoneNumber)) out.phoneNumber = b.phoneNumber.trim() === '' ? null : normPhone(b.phoneNumber);
@@ -172,14 +175,15 @@ export function normalizeDetails(b: DetailsInput): NormalizedDetails {
   const addrKeys = ['streetName', 'streetNo', 'mailbox', 'city', 'countryCode'] as const;
   if (addrKeys.some((k) => given(b[k]))) {
     const missing = addrKeys.filter((k) => !given(b[k]));
-    if (missing.length) throw invalidRequest(`${missing.join(', ')}: when any address field is set, streetName, streetNo, mailbox, city and countryCode are all required`);
-    out.address = {
-      streetName: normText(b.streetName!, 'streetName', 200),
-      streetNo: normText(b.streetNo!, 'streetNo', 20, true),
-      mailbox: normText(b.mailbox!, 'mailbox', 50, true),
-      city: normText(b.city!, 'city', 100),
-      countryCode: normCountry(b.countryCode!),
-    };
+    if (missing.length && opts.wholeAddress) {
+      throw invalidRequest(`${missing.join(', ')}: when any address field is set, streetName, streetNo, mailbox, city and countryCode are all required`);
+    }
+    out.address = {};
+    if (given(b.streetName)) out.address.streetName = normText(b.streetName, 'streetName', 200);
+    if (given(b.streetNo)) out.address.streetNo = normText(b.streetNo, 'streetNo', 20, true);
+    if (given(b.mailbox)) out.address.mailbox = normText(b.mailbox, 'mailbox', 50, true);
+    if (given(b.city)) out.address.city = normText(b.city, 'city', 100);
+    if (given(b.countryCode)) out.address.countryCode = normCountry(b.countryCode);
   }
   return out;
 }
@@ -570,7 +574,7 @@ export class AccountService {
   // --- CreateAccount / CreateOrGetAccount ---------------------------------------------------
 
   private normalizeCreate(tenant: TenantPrincipal, b: CreateInput) {
-    const d = normalizeDetails(b);
+    const d = normalizeDetails(b, { wholeAddress: false });
     const emailAddress = d.emailAddress!;
     const userName = given(b.userName) && b.userName.trim() ? normUserName(b.userName) : emailAddress;
     const pupUid = this.assertPup(tenant, b.pickUpPointUid);
