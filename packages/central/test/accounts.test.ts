@@ -30,9 +30,9 @@ describe('account field rules (pure)', () => {
     expect(splitMailCode('KTR-40719')).toEqual({ mailCodeFirstName: 'KTR', mailCodeLastName: '40719' });
     expect(splitMailCode(null)).toEqual({ mailCodeFirstName: null, mailCodeLastName: null });
   });
-  it('merges mutation flags (null keeps) and refuses first/last name flags that differ', () => {
+  it('merges mutation flags (null keeps); first and last name flags are independent', () => {
     expect(mergeFlags(DEFAULT_FLAGS, { canChangePhoneNumber: false, canChangeAddress: null })).toEqual({ ...DEFAULT_FLAGS, canChangePhoneNumber: false });
-    expect(mergeFlags(DEFAULT_FLAGS, { canChangeFirstName: false })).toBeNull();
+    expect(mergeFlags(DEFAULT_FLAGS, { canChangeFirstName: false })).toEqual({ ...DEFAULT_FLAGS, canChangeFirstName: false, canChangeLastName: true });
     expect(mergeFlags(DEFAULT_FLAGS, { canChangeFirstName: false, canChangeLastName: false })).toMatchObject({ canChangeFirstName: false, canChangeLastName: false });
   });
   it('enforces the name and address groups', () => {
@@ -145,13 +145,13 @@ describeEngines('accounts API', (engine) => {
       expect(cfg.body).toMatchObject({ success: true, canChangeEmailAddress: false, canRemoveManually: false, canChangePhoneNumber: true, canRemoveAutomatically: false });
     });
 
-    it('creates the account but answers MutationConfigFailed for a refused configuration', async () => {
+    it('applies canChangeFirstName and canChangeLastName independently', async () => {
       const body = newAccount({ mutationConfig: { canChangeFirstName: false, canChangeLastName: true } });
       const res = await t.post('/v1/Account/CreateAccount', body);
-      expect(res.status).toBe(400);
-      expect(res.body).toMatchObject({ success: false, error: 'MutationConfigFailed', userUid: expect.any(String), canManageUser: true, emailAddress: body.emailAddress });
+      expect(res.status).toBe(200);
+      expect(res.body).toMatchObject({ success: true, userUid: expect.any(String), canManageUser: true, emailAddress: body.emailAddress });
       const cfg = await t.post('/v1/Account/GetAccountMutationConfig', { userUid: res.body.userUid });
-      expect(cfg.body).toMatchObject({ canChangeFirstName: true, canChangeLastName: true });
+      expect(cfg.body).toEqual({ success: true, error: null, message: null, userUid: res.body.userUid, ...DEFAULT_FLAGS, canChangeFirstName: false, canChangeLastName: true });
     });
 
     it.each([
@@ -256,11 +256,13 @@ describeEngines('accounts API', (engine) => {
       expect(byUser.body).toMatchObject({ error: 'AccessDenied', userUid: b.userUid });
     });
 
-    it('answers InvalidPupUid and MutationConfigFailed', async () => {
+    it('answers InvalidPupUid; applies a last name flag without the first name flag', async () => {
       const bad = await t.post('/v1/Account/CreateOrGetAccount', newAccount({ pickUpPointUid: PUP_B1 }));
       expect(bad.body).toMatchObject({ success: false, error: 'InvalidPupUid' });
       const cfg = await t.post('/v1/Account/CreateOrGetAccount', newAccount({ mutationConfig: { canChangeLastName: false } }));
-      expect(cfg.body).toMatchObject({ success: false, error: 'MutationConfigFailed', isExisting: false, userUid: expect.any(String) });
+      expect(cfg.body).toMatchObject({ success: true, isExisting: false, userUid: expect.any(String) });
+      const flags = await t.post('/v1/Account/GetAccountMutationConfig', { userUid: cfg.body.userUid });
+      expect(flags.body).toMatchObject({ canChangeFirstName: true, canChangeLastName: false });
     });
   });
 
@@ -509,12 +511,14 @@ describeEngines('accounts API', (engine) => {
       expect(none.body).toMatchObject({ canChangeAddress: false, canRemoveAutomatically: true, canChangePhoneNumber: true });
     });
 
-    it('refuses differing first/last name flags with MutationConfigFailed and changes nothing', async () => {
+    it('stores canChangeFirstName and canChangeLastName independently', async () => {
       const a = await create();
       const res = await t.post('/v1/Account/SetAccountMutationConfig', { userUid: a.userUid, canChangeFirstName: false, canChangeAddress: false });
-      expect(res.body).toMatchObject({ success: false, error: 'MutationConfigFailed', canChangeFirstName: true, canChangeAddress: true });
-      const both = await t.post('/v1/Account/SetAccountMutationConfig', { userUid: a.userUid, canChangeFirstName: false, canChangeLastName: false });
-      expect(both.body).toMatchObject({ success: true, canChangeFirstName: false, canChangeLastName: false });
+      expect(res.body).toMatchObject({ success: true, canChangeFirstName: false, canChangeLastName: true, canChangeAddress: false });
+      const last = await t.post('/v1/Account/SetAccountMutationConfig', { userUid: a.userUid, canChangeFirstName: true, canChangeLastName: false });
+      expect(last.body).toMatchObject({ success: true, canChangeFirstName: true, canChangeLastName: false });
+      const get = await t.post('/v1/Account/GetAccountMutationConfig', { userUid: a.userUid });
+      expect(get.body).toMatchObject({ canChangeFirstName: true, canChangeLastName: false, canChangeAddress: false });
     });
 
     it('answers InvalidUserUid and AccessDenied', async () => {

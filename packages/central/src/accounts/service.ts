@@ -44,21 +44,18 @@ export function flagsOf(row: AccountRow): MutationFlags {
 }
 
 /**
- * Merges the non-null flags of `input` over `current`. Returns null when the result is refused:
- * first and last name form one group (SetAccountDetails changes them only together), so a
- * configuration letting one change without the other cannot be honoured.
+ * Merges the non-null flags of `input` over `current`. The nine flags are independent
+ * (locker-api.md lists nine booleans), canChangeFirstName and canChangeLastName included: each
+ * is stored in its own column.
  */
-export function mergeFlags(current: MutationFlags, input: MutationFlagsInput | null | undefined): MutationFlags | null {
+export function mergeFlags(current: MutationFlags, input: MutationFlagsInput | null | undefined): MutationFlags {
   const merged = { ...current };
   for (const f of FLAG_NAMES) {
     const v = input?.[f];
     if (v !== null && v !== undefined) merged[f] = v;
   }
-  if (merged.canChangeFirstName !== merged.canChangeLastName) return null;
   return merged;
 }
-
-const MUTATION_REFUSED = 'canChangeFirstName and canChangeLastName must be equal: first and last name are changed together';
 
 function flagColumns(f: MutationFlags) {
   const out: Record<string, 0 | 1> = {};
@@ -459,7 +456,6 @@ export class AccountService {
     const result = await this.db.transaction().execute(async (trx) => {
       const row = await this.manageable(trx, tenant, b.userUid, (uid) => ({ userUid: uid }));
       const merged = mergeFlags(flagsOf(row), b);
-      if (!merged) throw new AccountFailure('MutationConfigFailed', MUTATION_REFUSED, { userUid: row.uid, ...flagsOf(row) });
       await trx.updateTable('accounts').set({ ...flagColumns(merged), updated_at: this.now() }).where('uid', '=', row.uid).execute();
       return { userUid: row.uid, ...merged };
     });
@@ -581,7 +577,7 @@ export class AccountService {
     return { d, emailAddress, userName, pupUid, hasUserName: given(b.userName) && b.userName.trim() !== '' };
   }
 
-  private async insert(trx: Transaction<Database>, n: ReturnType<AccountService['normalizeCreate']>, flags: MutationFlags | null): Promise<AccountRow> {
+  private async insert(trx: Transaction<Database>, n: ReturnType<AccountService['normalizeCreate']>, flags: MutationFlags): Promise<AccountRow> {
     const uid = newUid();
     const now = this.now();
     const a = n.d.address;
@@ -604,7 +600,7 @@ export class AccountService {
         mailbox: a?.mailbox ?? null,
         city: a?.city ?? null,
         country_code: a?.countryCode ?? null,
-        ...(flags ? flagColumns(flags) : {}),
+        ...flagColumns(flags),
         created_at: now,
         updated_at: now,
       })
@@ -647,34 +643,28 @@ export class AccountService {
       () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
     );
     this.log.info({ userUid: row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
-    const data = await this.created(row, tenant);
-    if (!flags) {
-      this.log.warn({ userUid: row.uid, tenant: tenant.clientId }, 'mutation configuration refused');
-      throw new AccountFailure('MutationConfigFailed', `account created, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
-    }
-    return data;
+    return this.created(row, tenant);
   }
 
   async createOrGet(tenant: TenantPrincipal, b: CreateInput) {
     const n = this.normalizeCreate(tenant, b);
-    type Out = { row: AccountRow; isExisting: boolean; touched: boolean; flagsRefused: boolean };
+    type Out = { row: AccountRow; isExisting: boolean; touched: boolean };
     const out = await this.tx(
       async (trx): Promise<Out> => {
         const byEmail = await this.byEmail(trx, n.emailAddress);
         const byUser = n.hasUserName ? await this.byUserName(trx, n.userName) : undefined;
         const deny = (uid: string) =>
           new AccountFailure('AccessDenied', 'the account exists and is managed by another service provider', this.deniedCreate(uid, true));
-        const applyFlags = async (row: AccountRow): Promise<{ row: AccountRow; refused: boolean }> => {
-          if (!b.mutationConfig) return { row, refused: false };
+        const applyFlags = async (row: AccountRow): Promise<AccountRow> => {
+          if (!b.mutationConfig) return row;
           const merged = mergeFlags(flagsOf(row), b.mutationConfig);
-          if (!merged) return { row, refused: true };
           await trx.updateTable('accounts').set({ ...flagColumns(merged), updated_at: this.now() }).where('uid', '=', row.uid).execute();
-          return { row: (await this.byUid(trx, row.uid))!, refused: false };
+          return (await this.byUid(trx, row.uid))!;
         };
 
         if (byUser) {
           if (!(await canManageAccount(trx, tenant, byUser.uid))) throw deny(byUser.uid);
-          if (byUser.email_key === emailKey(n.emailAddress)) return { row: byUser, isExisting: true, touched: false, flagsRefused: false };
+          if (byUser.email_key === emailKey(n.emailAddress)) return { row: byUser, isExisting: true, touched: false };
           // The account exists by username with another e-mail address: update it to the given one.
           if (byEmail) throw new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account than the given userName', 400);
           if (!fromBool(byUser.can_change_email_address)) {
@@ -682,12 +672,12 @@ export class AccountService {
           }
           await trx.updateTable('accounts').set({ email_address: n.emailAddress, email_key: emailKey(n.emailAddress), updated_at: this.now() }).where('uid', '=', byUser.uid).execute();
           const r = await applyFlags((await this.byUid(trx, byUser.uid))!);
-          return { row: r.row, isExisting: true, touched: true, flagsRefused: r.refused };
+          return { row: r, isExisting: true, touched: true };
         }
         if (byEmail) {
           if (!(await canManageAccount(trx, tenant, byEmail.uid))) throw deny(byEmail.uid);
           if (n.hasUserName) throw new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for an account with another username', 400);
-          return { row: byEmail, isExisting: true, touched: false, flagsRefused: false };
+          return { row: byEmail, isExisting: true, touched: false };
         }
         const taken = n.hasUserName ? undefined : await this.byUserName(trx, n.userName);
         if (taken) {
@@ -695,16 +685,13 @@ export class AccountService {
           throw new ApiError('EmailAlreadyRegistered', 'userName: an account with this username already exists with another e-mail address', 400);
         }
         const flags = b.mutationConfig ? mergeFlags(DEFAULT_FLAGS, b.mutationConfig) : DEFAULT_FLAGS;
-        return { row: await this.insert(trx, n, flags), isExisting: false, touched: true, flagsRefused: !flags };
+        return { row: await this.insert(trx, n, flags), isExisting: false, touched: true };
       },
       () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
     );
     if (!out.isExisting) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
     else if (out.touched) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, fields: ['emailAddress'] }, 'account e-mail address updated');
     const data = { ...(await this.created(out.row, tenant)), isExisting: out.isExisting };
-    if (out.flagsRefused) {
-      throw new AccountFailure('MutationConfigFailed', `account ${out.isExisting ? 'updated' : 'created'}, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
-    }
     return data;
   }
 }
