@@ -4,6 +4,7 @@ import { DISPATCHER_A_EMAIL, PUP_A1, PUP_A2, PUP_B1, UNKNOWN_UID } from './suppo
 import { MAIL_CODE_RE, splitMailCode, generateMailCode } from '../src/accounts/mail-code';
 import { isValidEmail, parsePhone, parseLanguage } from '../src/accounts/validate';
 import { mergeFlags, DEFAULT_FLAGS, normalizeDetails } from '../src/accounts/service';
+import { up as migration102 } from '../src/db/migrations/102_account_mail_codes';
 
 let seq = 0;
 const uniq = () => `${Date.now().toString(36)}${(seq++).toString(36)}`;
@@ -394,13 +395,33 @@ describeEngines('accounts API', (engine) => {
       });
     });
 
-    it('assigns a mail code to a provisioned account on first use', async () => {
+    it('a provisioned dispatcher account has its mail code from the start; GetAccountPickUpPoint only reads', async () => {
       const d = await t.post('/v1/Account/GetAccount', { emailAddress: DISPATCHER_A_EMAIL });
-      expect(d.body.mailCode).toBeNull();
+      expect(d.body.mailCode).toMatch(MAIL_CODE_RE);
       const res = await t.post('/v1/Account/GetAccountPickUpPoint', { userUid: d.body.userUid });
-      expect(res.body.mailCode).toMatch(MAIL_CODE_RE);
-      const again = await t.post('/v1/Account/GetAccountPickUpPoint', { userUid: d.body.userUid });
-      expect(again.body.mailCode).toBe(res.body.mailCode);
+      expect(res.body.mailCode).toBe(d.body.mailCode);
+      // an account without a code (data from before migration 102) is not given one by a read
+      const a = await create();
+      await t.ctx.db.kysely.updateTable('accounts').set({ mail_code: null }).where('uid', '=', a.userUid).execute();
+      const before = await t.ctx.db.kysely.selectFrom('accounts').select(['mail_code', 'updated_at']).where('uid', '=', a.userUid).executeTakeFirstOrThrow();
+      const read = await t.post('/v1/Account/GetAccountPickUpPoint', { userUid: a.userUid });
+      expect(read.body).toMatchObject({ success: true, mailCode: null, mailCodeFirstName: null, mailCodeLastName: null, pupUid: PUP_A1 });
+      expect(await t.ctx.db.kysely.selectFrom('accounts').select(['mail_code', 'updated_at']).where('uid', '=', a.userUid).executeTakeFirstOrThrow()).toEqual(before);
+    });
+
+    it('migration 102 gives every account without a mail code a unique one and leaves the others', async () => {
+      const a = await create();
+      const b = await create();
+      const d = (await t.post('/v1/Account/GetAccount', { emailAddress: DISPATCHER_A_EMAIL })).body;
+      await t.ctx.db.kysely.updateTable('accounts').set({ mail_code: null }).where('uid', 'in', [a.userUid, d.userUid]).execute();
+      await migration102(t.ctx.db.kysely);
+      const rows = await t.ctx.db.kysely.selectFrom('accounts').select(['uid', 'mail_code']).execute();
+      expect(rows.filter((r) => r.mail_code === null)).toEqual([]);
+      const codes = new Map(rows.map((r) => [r.uid, r.mail_code]));
+      expect(codes.get(a.userUid)).toMatch(MAIL_CODE_RE);
+      expect(codes.get(d.userUid)).toMatch(MAIL_CODE_RE);
+      expect(codes.get(b.userUid)).toBe(b.mailCode);
+      expect(new Set(rows.map((r) => r.mail_code)).size).toBe(rows.length);
     });
 
     it('answers InvalidUserUid for unknown and AccessDenied for unmanageable accounts', async () => {

@@ -11,7 +11,7 @@ import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
 import { canManageAccount, notOthersMainAccount } from './access';
 import { AccountFailure } from './route';
-import { generateMailCode, splitMailCode } from './mail-code';
+import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
 import { containsPattern } from '../db/like';
 
@@ -253,12 +253,7 @@ export class AccountService {
 
   /** A free mail code (checked before insert; the unique index catches the rare race). */
   async freeMailCode(q: Q): Promise<string> {
-    for (let i = 0; i < 20; i++) {
-      const code = generateMailCode();
-      const taken = await q.selectFrom('accounts').select('uid').where('mail_code', '=', code).executeTakeFirst();
-      if (!taken) return code;
-    }
-    throw new Error('no free mail code found in 20 attempts');
+    return freeMailCode(q);
   }
 
   /** Runs fn in a transaction, once more when a unique index refused a concurrent duplicate. */
@@ -405,18 +400,8 @@ export class AccountService {
   // --- GetAccountPickUpPoint ----------------------------------------------------------------
 
   async getAccountPickUpPoint(tenant: TenantPrincipal, userUid: unknown) {
-    let row = await this.manageable(this.db, tenant, userUid, (uid) => ({ userUid: uid }));
-    if (!row.mail_code) {
-      // Accounts made by provisioning (dispatcher main accounts) get their code on first use.
-      row = await this.tx(async (trx) => {
-        const fresh = await this.byUid(trx, row.uid);
-        if (fresh && !fresh.mail_code) {
-          await trx.updateTable('accounts').set({ mail_code: await this.freeMailCode(trx), updated_at: this.now() }).where('uid', '=', row.uid).execute();
-        }
-        return (await this.byUid(trx, row.uid))!;
-      }, () => new ApiError('InternalError', 'could not assign a mail code', 500));
-      this.log.info({ userUid: row.uid, tenant: tenant.clientId }, 'mail code assigned');
-    }
+    // A read: every account has its mail code from creation (API, provisioning, migration 102).
+    const row = await this.manageable(this.db, tenant, userUid, (uid) => ({ userUid: uid }));
     // Only a main PUP the caller manages is described; another tenant's PUP stays hidden (null).
     const pup = AccountService.seesPup(tenant, row.main_pup_uid) ? await this.db.selectFrom('pups').selectAll().where('uid', '=', row.main_pup_uid!).executeTakeFirst() : undefined;
     const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : v != null && v !== '' && Number.isFinite(Number(v)) ? Number(v) : null);
