@@ -205,7 +205,7 @@ describeEngines('accounts API', (engine) => {
     it('concurrent calls for one new e-mail address create one account; every call succeeds with it', async () => {
       const body = newAccount();
       const res = await Promise.all(Array.from({ length: 8 }, () => t.post('/v1/Account/CreateOrGetAccount', body)));
-      for (const r of res) expect(r.body).toMatchObject({ success: true });
+      for (const r of res) expect(r.body, JSON.stringify(r.body)).toMatchObject({ success: true });
       expect(new Set(res.map((r) => r.body.userUid)).size).toBe(1);
       expect(res.filter((r) => r.body.isExisting === false)).toHaveLength(1);
     });

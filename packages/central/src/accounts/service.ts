@@ -667,6 +667,9 @@ export class AccountService {
         const taken = n.hasUserName ? undefined : await this.byUserName(trx, n.userName);
         if (taken) {
           if (!(await canManageAccount(trx, tenant, taken.uid))) throw deny(taken.uid);
+          // A concurrent call committed this very account between the two lookups (PostgreSQL
+          // READ COMMITTED: each statement sees the latest commits): it is the one we look for.
+          if (taken.email_key === emailKey(n.emailAddress)) return { row: taken, isExisting: true, touched: false };
           throw new ApiError('EmailAlreadyRegistered', 'userName: an account with this username already exists with another e-mail address', 400);
         }
         const flags = b.mutationConfig ? mergeFlags(DEFAULT_FLAGS, b.mutationConfig) : DEFAULT_FLAGS;
