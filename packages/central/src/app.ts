@@ -53,7 +53,15 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
     await app.register(rateLimit, {
       max: ctx.config.http.rateLimitPerMinute,
       timeWindow: 60_000,
-      keyGenerator: (req) => req.headers.authorization ?? req.ip,
+      // One budget per tenant, however many tokens it holds; a request without a valid token
+      // (such as /connect/token) counts against its IP address. req.ip honours X-Forwarded-For
+      // only with http.trustProxy, so a client cannot pick a fresh address per request.
+      keyGenerator: async (req) => {
+        const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+        const claims = m ? ctx.tokens.verify(m[1]!) : null;
+        const p = claims ? await principals.get(claims.sub) : null;
+        return p ? `client:${p.clientId}` : `ip:${req.ip}`;
+      },
       errorResponseBuilder: (_req, c) => {
         const err = new ApiError('RateLimited', `rate limit of ${c.max} requests per minute exceeded; retry after ${Math.ceil(c.ttl / 1000)} s`, 429);
         return err;
@@ -157,7 +165,7 @@ export async function buildApp(ctx: AppContext, opts: BuildAppOptions = {}): Pro
       const given = req.headers['x-request-id'];
       return typeof given === 'string' && /^[A-Za-z0-9._-]{1,64}$/.test(given) ? given : crypto.randomUUID();
     },
-    trustProxy: true,
+    trustProxy: ctx.config.http.trustProxy,
     ajv: { customOptions: { coerceTypes: false } },
   });
   await app.register(centralPlugin, { ctx });

@@ -16,6 +16,9 @@ export const ConfigSchema = z
         bodyLimitBytes: z.coerce.number().int().positive().default(1_048_576),
         uploadLimitBytes: z.coerce.number().int().positive().default(5 * 1_048_576),
         rateLimitPerMinute: z.coerce.number().int().min(0).default(0),
+        // Trust X-Forwarded-For / X-Forwarded-Proto (the client address of rate limiting and
+        // logs). Only behind a reverse proxy that sets them; otherwise any client could spoof them.
+        trustProxy: z.boolean().default(false),
         publicBaseUrl: z.string().url().optional(),
       })
       .strict()
@@ -132,6 +135,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_HTTP_BODY_LIMIT_BYTES: ['http', 'bodyLimitBytes'],
   LOCKER_HTTP_UPLOAD_LIMIT_BYTES: ['http', 'uploadLimitBytes'],
   LOCKER_HTTP_RATE_LIMIT_PER_MINUTE: ['http', 'rateLimitPerMinute'],
+  LOCKER_HTTP_TRUST_PROXY: ['http', 'trustProxy'],
   LOCKER_HTTP_PUBLIC_BASE_URL: ['http', 'publicBaseUrl'],
   LOCKER_DATABASE_URL: ['database', 'url'],
   LOCKER_DATABASE_SQLITE_SYNCHRONOUS: ['database', 'sqliteSynchronous'],

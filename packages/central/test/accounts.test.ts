@@ -4,6 +4,7 @@ import { DISPATCHER_A_EMAIL, PUP_A1, PUP_A2, PUP_B1, UNKNOWN_UID } from './suppo
 import { MAIL_CODE_RE, splitMailCode, generateMailCode } from '../src/accounts/mail-code';
 import { isValidEmail, parsePhone, parseLanguage } from '../src/accounts/validate';
 import { mergeFlags, DEFAULT_FLAGS, normalizeDetails } from '../src/accounts/service';
+import { up as migration102 } from '../src/db/migrations/102_account_mail_codes';
 
 let seq = 0;
 const uniq = () => `${Date.now().toString(36)}${(seq++).toString(36)}`;
@@ -30,9 +31,9 @@ describe('account field rules (pure)', () => {
     expect(splitMailCode('KTR-40719')).toEqual({ mailCodeFirstName: 'KTR', mailCodeLastName: '40719' });
     expect(splitMailCode(null)).toEqual({ mailCodeFirstName: null, mailCodeLastName: null });
   });
-  it('merges mutation flags (null keeps) and refuses first/last name flags that differ', () => {
+  it('merges mutation flags (null keeps); first and last name flags are independent', () => {
     expect(mergeFlags(DEFAULT_FLAGS, { canChangePhoneNumber: false, canChangeAddress: null })).toEqual({ ...DEFAULT_FLAGS, canChangePhoneNumber: false });
-    expect(mergeFlags(DEFAULT_FLAGS, { canChangeFirstName: false })).toBeNull();
+    expect(mergeFlags(DEFAULT_FLAGS, { canChangeFirstName: false })).toEqual({ ...DEFAULT_FLAGS, canChangeFirstName: false, canChangeLastName: true });
     expect(mergeFlags(DEFAULT_FLAGS, { canChangeFirstName: false, canChangeLastName: false })).toMatchObject({ canChangeFirstName: false, canChangeLastName: false });
   });
   it('enforces the name and address groups', () => {
@@ -40,6 +41,9 @@ describe('account field rules (pure)', () => {
     expect(() => normalizeDetails({ city: 'X' })).toThrow(/streetName, streetNo, mailbox, countryCode/);
     expect(normalizeDetails({ streetName: 'Dam', streetNo: '', mailbox: '', city: 'Amsterdam', countryCode: 'nl' }).address).toEqual({ streetName: 'Dam', streetNo: '', mailbox: '', city: 'Amsterdam', countryCode: 'NL' });
     expect(() => normalizeDetails({ streetName: 'Dam', streetNo: '1', mailbox: '', city: 'Amsterdam', countryCode: 'XX' })).toThrow(/countryCode/);
+    // the create calls take each address field on its own
+    expect(normalizeDetails({ city: ' Utrecht ', countryCode: 'nl' }, { wholeAddress: false }).address).toEqual({ city: 'Utrecht', countryCode: 'NL' });
+    expect(() => normalizeDetails({ countryCode: 'XX' }, { wholeAddress: false })).toThrow(/countryCode/);
   });
 });
 
@@ -83,6 +87,24 @@ describeEngines('accounts API', (engine) => {
       expect(got.body).toMatchObject({ street: 'Damrak 1', mailbox: 'B', city: 'Amsterdam', countryCode: 'NL' });
     });
 
+    it('accepts a partial address (each address field is optional on create)', async () => {
+      const cases: [Record<string, unknown>, Record<string, unknown>][] = [
+        [{ city: 'Utrecht', countryCode: 'nl' }, { street: null, mailbox: null, city: 'Utrecht', countryCode: 'NL' }],
+        [{ streetName: 'Damrak' }, { street: 'Damrak', mailbox: null, city: null, countryCode: null }],
+        [{ streetNo: '12a', mailbox: 'B' }, { street: '12a', mailbox: 'B', city: null, countryCode: null }],
+      ];
+      for (const [addr, want] of cases) {
+        const a = await create(addr);
+        const got = await t.post('/v1/Account/GetAccount', { userUid: a.userUid });
+        expect(got.body, JSON.stringify(addr)).toMatchObject(want);
+      }
+      const og = await t.post('/v1/Account/CreateOrGetAccount', newAccount({ city: 'Delft' }));
+      expect(og.body).toMatchObject({ success: true, isExisting: false });
+      expect((await t.post('/v1/Account/GetAccount', { userUid: og.body.userUid })).body).toMatchObject({ city: 'Delft', countryCode: null });
+      const bad = await t.post('/v1/Account/CreateAccount', newAccount({ countryCode: 'XX' }));
+      expect(bad.body).toMatchObject({ success: false, error: 'InvalidRequest', message: expect.stringContaining('countryCode') });
+    });
+
     it('uses a given userName', async () => {
       const a = await create({ userName: `login-${uniq()}` });
       expect(a.userName).toMatch(/^login-/);
@@ -124,13 +146,13 @@ describeEngines('accounts API', (engine) => {
       expect(cfg.body).toMatchObject({ success: true, canChangeEmailAddress: false, canRemoveManually: false, canChangePhoneNumber: true, canRemoveAutomatically: false });
     });
 
-    it('creates the account but answers MutationConfigFailed for a refused configuration', async () => {
+    it('applies canChangeFirstName and canChangeLastName independently', async () => {
       const body = newAccount({ mutationConfig: { canChangeFirstName: false, canChangeLastName: true } });
       const res = await t.post('/v1/Account/CreateAccount', body);
-      expect(res.status).toBe(400);
-      expect(res.body).toMatchObject({ success: false, error: 'MutationConfigFailed', userUid: expect.any(String), canManageUser: true, emailAddress: body.emailAddress });
+      expect(res.status).toBe(200);
+      expect(res.body).toMatchObject({ success: true, userUid: expect.any(String), canManageUser: true, emailAddress: body.emailAddress });
       const cfg = await t.post('/v1/Account/GetAccountMutationConfig', { userUid: res.body.userUid });
-      expect(cfg.body).toMatchObject({ canChangeFirstName: true, canChangeLastName: true });
+      expect(cfg.body).toEqual({ success: true, error: null, message: null, userUid: res.body.userUid, ...DEFAULT_FLAGS, canChangeFirstName: false, canChangeLastName: true });
     });
 
     it.each([
@@ -138,7 +160,7 @@ describeEngines('accounts API', (engine) => {
       [{ phoneNumber: '0612345678' }, 'phoneNumber'],
       [{ languageCode: 'dutch' }, 'languageCode'],
       [{ firstName: '  ' }, 'firstName'],
-      [{ city: 'Amsterdam' }, 'streetName'],
+      [{ streetName: '  ' }, 'streetName'],
       [{ streetName: 'Damrak', streetNo: '1', mailbox: '', city: 'Amsterdam', countryCode: 'Netherlands' }, 'countryCode'],
     ])('refuses %o with InvalidRequest naming %s', async (over, field) => {
       const res = await t.post('/v1/Account/CreateAccount', newAccount(over));
@@ -183,7 +205,7 @@ describeEngines('accounts API', (engine) => {
     it('concurrent calls for one new e-mail address create one account; every call succeeds with it', async () => {
       const body = newAccount();
       const res = await Promise.all(Array.from({ length: 8 }, () => t.post('/v1/Account/CreateOrGetAccount', body)));
-      for (const r of res) expect(r.body, `${r.status} ${JSON.stringify(r.body)}`).toMatchObject({ success: true });
+      for (const r of res) expect(r.body, JSON.stringify(r.body)).toMatchObject({ success: true });
       expect(new Set(res.map((r) => r.body.userUid)).size).toBe(1);
       expect(res.filter((r) => r.body.isExisting === false)).toHaveLength(1);
     });
@@ -235,11 +257,13 @@ describeEngines('accounts API', (engine) => {
       expect(byUser.body).toMatchObject({ error: 'AccessDenied', userUid: b.userUid });
     });
 
-    it('answers InvalidPupUid and MutationConfigFailed', async () => {
+    it('answers InvalidPupUid; applies a last name flag without the first name flag', async () => {
       const bad = await t.post('/v1/Account/CreateOrGetAccount', newAccount({ pickUpPointUid: PUP_B1 }));
       expect(bad.body).toMatchObject({ success: false, error: 'InvalidPupUid' });
       const cfg = await t.post('/v1/Account/CreateOrGetAccount', newAccount({ mutationConfig: { canChangeLastName: false } }));
-      expect(cfg.body).toMatchObject({ success: false, error: 'MutationConfigFailed', isExisting: false, userUid: expect.any(String) });
+      expect(cfg.body).toMatchObject({ success: true, isExisting: false, userUid: expect.any(String) });
+      const flags = await t.post('/v1/Account/GetAccountMutationConfig', { userUid: cfg.body.userUid });
+      expect(flags.body).toMatchObject({ canChangeFirstName: true, canChangeLastName: false });
     });
   });
 
@@ -272,6 +296,23 @@ describeEngines('accounts API', (engine) => {
         userName: null, firstName: null, lastName: null, emailAddress: null, phoneNumber: null, mainPupUid: null, mainPupName: null,
         mailCode: null, languageCode: null, street: null, mailbox: null, city: null, countryCode: null,
       });
+    });
+
+    it("answers not found for another tenant's account looked up by userUid or userName; only the e-mail address reveals it", async () => {
+      const a = await create({ userName: `hidden-${uniq()}` });
+      const notFound = { success: true, isExisting: false, canManageUser: false, userUid: null, userName: null, emailAddress: null };
+      for (const q of [{ userUid: a.userUid }, { userName: a.userName }, { userUid: a.userUid, userName: a.userName }]) {
+        expect((await t.post('/v1/Account/GetAccount', q, tokB)).body, JSON.stringify(q)).toMatchObject(notFound);
+      }
+      // the search goes on past a criterion that found only an unmanageable account
+      const own = await create({ pickUpPointUid: PUP_B1 }, tokB);
+      const next = await t.post('/v1/Account/GetAccount', { userUid: a.userUid, userName: a.userName, emailAddress: own.emailAddress }, tokB);
+      expect(next.body).toMatchObject({ isExisting: true, canManageUser: true, userUid: own.userUid, emailAddress: own.emailAddress });
+      const byEmail = await t.post('/v1/Account/GetAccount', { userUid: a.userUid, emailAddress: a.emailAddress }, tokB);
+      expect(byEmail.body).toMatchObject({ isExisting: true, canManageUser: false, userUid: a.userUid, userName: null, emailAddress: null });
+      // a manageable account found by userUid still wins over the later criteria
+      const first = await t.post('/v1/Account/GetAccount', { userUid: own.userUid, emailAddress: a.emailAddress }, tokB);
+      expect(first.body).toMatchObject({ canManageUser: true, userUid: own.userUid });
     });
   });
 
@@ -354,13 +395,33 @@ describeEngines('accounts API', (engine) => {
       });
     });
 
-    it('assigns a mail code to a provisioned account on first use', async () => {
+    it('a provisioned dispatcher account has its mail code from the start; GetAccountPickUpPoint only reads', async () => {
       const d = await t.post('/v1/Account/GetAccount', { emailAddress: DISPATCHER_A_EMAIL });
-      expect(d.body.mailCode).toBeNull();
+      expect(d.body.mailCode).toMatch(MAIL_CODE_RE);
       const res = await t.post('/v1/Account/GetAccountPickUpPoint', { userUid: d.body.userUid });
-      expect(res.body.mailCode).toMatch(MAIL_CODE_RE);
-      const again = await t.post('/v1/Account/GetAccountPickUpPoint', { userUid: d.body.userUid });
-      expect(again.body.mailCode).toBe(res.body.mailCode);
+      expect(res.body.mailCode).toBe(d.body.mailCode);
+      // an account without a code (data from before migration 102) is not given one by a read
+      const a = await create();
+      await t.ctx.db.kysely.updateTable('accounts').set({ mail_code: null }).where('uid', '=', a.userUid).execute();
+      const before = await t.ctx.db.kysely.selectFrom('accounts').select(['mail_code', 'updated_at']).where('uid', '=', a.userUid).executeTakeFirstOrThrow();
+      const read = await t.post('/v1/Account/GetAccountPickUpPoint', { userUid: a.userUid });
+      expect(read.body).toMatchObject({ success: true, mailCode: null, mailCodeFirstName: null, mailCodeLastName: null, pupUid: PUP_A1 });
+      expect(await t.ctx.db.kysely.selectFrom('accounts').select(['mail_code', 'updated_at']).where('uid', '=', a.userUid).executeTakeFirstOrThrow()).toEqual(before);
+    });
+
+    it('migration 102 gives every account without a mail code a unique one and leaves the others', async () => {
+      const a = await create();
+      const b = await create();
+      const d = (await t.post('/v1/Account/GetAccount', { emailAddress: DISPATCHER_A_EMAIL })).body;
+      await t.ctx.db.kysely.updateTable('accounts').set({ mail_code: null }).where('uid', 'in', [a.userUid, d.userUid]).execute();
+      await migration102(t.ctx.db.kysely);
+      const rows = await t.ctx.db.kysely.selectFrom('accounts').select(['uid', 'mail_code']).execute();
+      expect(rows.filter((r) => r.mail_code === null)).toEqual([]);
+      const codes = new Map(rows.map((r) => [r.uid, r.mail_code]));
+      expect(codes.get(a.userUid)).toMatch(MAIL_CODE_RE);
+      expect(codes.get(d.userUid)).toMatch(MAIL_CODE_RE);
+      expect(codes.get(b.userUid)).toBe(b.mailCode);
+      expect(new Set(rows.map((r) => r.mail_code)).size).toBe(rows.length);
     });
 
     it('answers InvalidUserUid for unknown and AccessDenied for unmanageable accounts', async () => {
@@ -471,12 +532,14 @@ describeEngines('accounts API', (engine) => {
       expect(none.body).toMatchObject({ canChangeAddress: false, canRemoveAutomatically: true, canChangePhoneNumber: true });
     });
 
-    it('refuses differing first/last name flags with MutationConfigFailed and changes nothing', async () => {
+    it('stores canChangeFirstName and canChangeLastName independently', async () => {
       const a = await create();
       const res = await t.post('/v1/Account/SetAccountMutationConfig', { userUid: a.userUid, canChangeFirstName: false, canChangeAddress: false });
-      expect(res.body).toMatchObject({ success: false, error: 'MutationConfigFailed', canChangeFirstName: true, canChangeAddress: true });
-      const both = await t.post('/v1/Account/SetAccountMutationConfig', { userUid: a.userUid, canChangeFirstName: false, canChangeLastName: false });
-      expect(both.body).toMatchObject({ success: true, canChangeFirstName: false, canChangeLastName: false });
+      expect(res.body).toMatchObject({ success: true, canChangeFirstName: false, canChangeLastName: true, canChangeAddress: false });
+      const last = await t.post('/v1/Account/SetAccountMutationConfig', { userUid: a.userUid, canChangeFirstName: true, canChangeLastName: false });
+      expect(last.body).toMatchObject({ success: true, canChangeFirstName: true, canChangeLastName: false });
+      const get = await t.post('/v1/Account/GetAccountMutationConfig', { userUid: a.userUid });
+      expect(get.body).toMatchObject({ canChangeFirstName: true, canChangeLastName: false, canChangeAddress: false });
     });
 
     it('answers InvalidUserUid and AccessDenied', async () => {

@@ -36,6 +36,26 @@ describeEngines('token endpoint and bearer auth', (engine) => {
     expect(res.json().error).toBe(error);
   });
 
+  it.each([
+    ['no body', undefined, undefined],
+    ['no body with the form Content-Type', undefined, 'application/x-www-form-urlencoded'],
+    ['a JSON body with a number grant_type', JSON.stringify({ grant_type: 1 }), 'application/json'],
+    ['a malformed JSON body', '{"grant_type":', 'application/json'],
+    ['a text/plain body', 'grant_type=client_credentials', 'text/plain'],
+    ['an unsupported Content-Type', '<x/>', 'application/xml'],
+  ])('answers %s with the OAuth invalid_request (and the envelope fields), never a 500', async (_n, payload, type) => {
+    const res = await t.app.inject({ method: 'POST', url: '/connect/token', payload, headers: type ? { 'content-type': type } : {} });
+    expect(res.statusCode, res.body).toBe(400);
+    expect(res.json()).toEqual({ success: false, error: 'invalid_request', message: expect.any(String), error_description: expect.any(String) });
+    expect(res.json().message).toBe(res.json().error_description);
+    expect(res.headers['cache-control']).toBe('no-store');
+  });
+
+  it('carries the envelope fields on the OAuth errors it answers itself', async () => {
+    const res = await tokenReq({ grant_type: 'password', client_id: TENANT_A.clientId, client_secret: TENANT_A.clientSecret });
+    expect(res.json()).toEqual({ success: false, error: 'unsupported_grant_type', message: 'only client_credentials is supported', error_description: 'only client_credentials is supported' });
+  });
+
   it('stores client secrets hashed', async () => {
     const row = await t.ctx.db.kysely.selectFrom('tenants').select('secret_hash').where('client_id', '=', TENANT_A.clientId).executeTakeFirstOrThrow();
     expect(row.secret_hash).not.toContain(TENANT_A.clientSecret);

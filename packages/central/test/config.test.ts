@@ -42,7 +42,7 @@ describe('configuration', () => {
   it('has defaults for everything', () => {
     const c = loadConfig({ env: {} });
     expect(c.environment).toBe('production');
-    expect(c.http).toMatchObject({ host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, rateLimitPerMinute: 0 });
+    expect(c.http).toMatchObject({ host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, rateLimitPerMinute: 0, trustProxy: false });
     expect(c.database).toMatchObject({ url: './data/locker.db', sqliteSynchronous: 'FULL', poolSize: 10 });
     expect(c.auth.tokenLifetimeSeconds).toBe(3600);
     expect(c.auth.tokenSigningKey).toBeUndefined();
@@ -50,6 +50,12 @@ describe('configuration', () => {
     expect(c.shipments).toEqual({ dropOffDeadlineHours: 72, expirySweepSeconds: 60 });
     expect(c.callbacks.enabled).toBe(true);
     expect(c.mqtt.mode).toBe('embedded');
+  });
+
+  it('reads http.trustProxy from LOCKER_HTTP_TRUST_PROXY (default false)', () => {
+    expect(loadConfig({ env: { LOCKER_HTTP_TRUST_PROXY: 'true' } }).http.trustProxy).toBe(true);
+    expect(loadConfig({ env: { LOCKER_HTTP_TRUST_PROXY: '0' } }).http.trustProxy).toBe(false);
+    expect(() => loadConfig({ env: { LOCKER_HTTP_TRUST_PROXY: 'maybe' } })).toThrow(/LOCKER_HTTP_TRUST_PROXY/);
   });
 
   it('reads a YAML file; environment variables override it; unset keys keep their defaults', () => {

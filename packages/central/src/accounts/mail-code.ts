@@ -8,6 +8,7 @@
 // Split rule: mailCodeFirstName is the part before the hyphen (the letters), mailCodeLastName the
 // part after it (the digits). Codes are unique (unique index on accounts.mail_code).
 import crypto from 'node:crypto';
+import type { Kysely } from 'kysely';
 
 export const MAIL_CODE_LETTERS = 'ABCDEFGHJKLMNPRSTUVWXYZ';
 export const MAIL_CODE_RE = /^[A-HJ-NPR-Z]{3}-\d{5}$/;
@@ -25,4 +26,18 @@ export function splitMailCode(code: string | null): { mailCodeFirstName: string 
   const i = code.indexOf('-');
   if (i < 0) return { mailCodeFirstName: code, mailCodeLastName: null };
   return { mailCodeFirstName: code.slice(0, i), mailCodeLastName: code.slice(i + 1) };
+}
+
+/**
+ * A mail code no account has yet (checked before the write; the unique index accounts_mail_code
+ * catches the rare race). Used by the create calls, provisioning and migration 102. Every account
+ * gets its code when it is made, so reading an account never writes one.
+ */
+export async function freeMailCode(q: Kysely<any>): Promise<string> {
+  for (let i = 0; i < 20; i++) {
+    const code = generateMailCode();
+    const taken = await q.selectFrom('accounts').select('uid').where('mail_code', '=', code).executeTakeFirst();
+    if (!taken) return code;
+  }
+  throw new Error('no free mail code found in 20 attempts');
 }

@@ -9,9 +9,9 @@ import type { Logger } from '../logger';
 import { ApiError, invalidRequest } from '../errors';
 import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
-import { canManageAccount } from './access';
+import { canManageAccount, notOthersMainAccount } from './access';
 import { AccountFailure } from './route';
-import { generateMailCode, splitMailCode } from './mail-code';
+import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
 import { containsPattern } from '../db/like';
 
@@ -44,21 +44,18 @@ export function flagsOf(row: AccountRow): MutationFlags {
 }
 
 /**
- * Merges the non-null flags of `input` over `current`. Returns null when the result is refused:
- * first and last name form one group (SetAccountDetails changes them only together), so a
- * configuration letting one change without the other cannot be honoured.
+ * Merges the non-null flags of `input` over `current`. The nine flags are independent
+ * (locker-api.md lists nine booleans), canChangeFirstName and canChangeLastName included: each
+ * is stored in its own column.
  */
-export function mergeFlags(current: MutationFlags, input: MutationFlagsInput | null | undefined): MutationFlags | null {
+export function mergeFlags(current: MutationFlags, input: MutationFlagsInput | null | undefined): MutationFlags {
   const merged = { ...current };
   for (const f of FLAG_NAMES) {
     const v = input?.[f];
     if (v !== null && v !== undefined) merged[f] = v;
   }
-  if (merged.canChangeFirstName !== merged.canChangeLastName) return null;
   return merged;
 }
-
-const MUTATION_REFUSED = 'canChangeFirstName and canChangeLastName must be equal: first and last name are changed together';
 
 function flagColumns(f: MutationFlags) {
   const out: Record<string, 0 | 1> = {};
@@ -94,7 +91,12 @@ export function joinStreet(name: string | null, no: string | null): string | nul
   return [name ?? '', no ?? ''].filter((s) => s !== '').join(' ');
 }
 
-export function accountFields(row: AccountRow, pupName: string | null): AccountFields {
+/**
+ * The Account fields of a row. `pupVisible` false hides the main PUP (uid and name null): a tenant
+ * sees only the pick up points it manages, also when it manages the account through a shared PUP
+ * while the main PUP is another tenant's.
+ */
+export function accountFields(row: AccountRow, pupName: string | null, pupVisible = true): AccountFields {
   return {
     userUid: row.uid,
     userName: row.user_name,
@@ -102,8 +104,8 @@ export function accountFields(row: AccountRow, pupName: string | null): AccountF
     lastName: row.last_name,
     emailAddress: row.email_address,
     phoneNumber: row.phone_number,
-    mainPupUid: row.main_pup_uid,
-    mainPupName: pupName,
+    mainPupUid: pupVisible ? row.main_pup_uid : null,
+    mainPupName: pupVisible ? pupName : null,
     mailCode: row.mail_code,
     languageCode: row.language_code,
     street: joinStreet(row.street_name, row.street_no),
@@ -143,17 +145,20 @@ export interface NormalizedDetails {
   phoneNumber?: string | null;
   languageCode?: string | null;
   name?: { first: string; last: string };
-  address?: { streetName: string; streetNo: string; mailbox: string; city: string; countryCode: string };
+  /** complete for SetAccountDetails; on create only the fields given */
+  address?: Partial<{ streetName: string; streetNo: string; mailbox: string; city: string; countryCode: string }>;
 }
 
 const given = (v: string | null | undefined): v is string => v !== null && v !== undefined;
 
 /**
  * Validates the detail fields shared by SetAccountDetails and the create calls. Null or absent
- * means "not set". Name group: firstName and lastName together. Address group: streetName,
- * streetNo, mailbox, city and countryCode together (streetNo and mailbox may be empty strings).
+ * means "not set". Name group: firstName and lastName together. Address group (SetAccountDetails
+ * only, `wholeAddress`): streetName, streetNo, mailbox, city and countryCode together; the create
+ * calls take each of them on its own (locker-api.md lists them as individually optional there).
+ * streetNo and mailbox may be empty strings.
  */
-export function normalizeDetails(b: DetailsInput): NormalizedDetails {
+export function normalizeDetails(b: DetailsInput, opts: { wholeAddress: boolean } = { wholeAddress: true }): NormalizedDetails {
   const out: NormalizedDetails = {};
   if (given(b.emailAddress)) out.emailAddress = normEmail(b.emailAddress);
   if (given(b.phoneNumber)) out.phoneNumber = b.phoneNumber.trim() === '' ? null : normPhone(b.phoneNumber);
@@ -167,14 +172,15 @@ export function normalizeDetails(b: DetailsInput): NormalizedDetails {
   const addrKeys = ['streetName', 'streetNo', 'mailbox', 'city', 'countryCode'] as const;
   if (addrKeys.some((k) => given(b[k]))) {
     const missing = addrKeys.filter((k) => !given(b[k]));
-    if (missing.length) throw invalidRequest(`${missing.join(', ')}: when any address field is set, streetName, streetNo, mailbox, city and countryCode are all required`);
-    out.address = {
-      streetName: normText(b.streetName!, 'streetName', 200),
-      streetNo: normText(b.streetNo!, 'streetNo', 20, true),
-      mailbox: normText(b.mailbox!, 'mailbox', 50, true),
-      city: normText(b.city!, 'city', 100),
-      countryCode: normCountry(b.countryCode!),
-    };
+    if (missing.length && opts.wholeAddress) {
+      throw invalidRequest(`${missing.join(', ')}: when any address field is set, streetName, streetNo, mailbox, city and countryCode are all required`);
+    }
+    out.address = {};
+    if (given(b.streetName)) out.address.streetName = normText(b.streetName, 'streetName', 200);
+    if (given(b.streetNo)) out.address.streetNo = normText(b.streetNo, 'streetNo', 20, true);
+    if (given(b.mailbox)) out.address.mailbox = normText(b.mailbox, 'mailbox', 50, true);
+    if (given(b.city)) out.address.city = normText(b.city, 'city', 100);
+    if (given(b.countryCode)) out.address.countryCode = normCountry(b.countryCode);
   }
   return out;
 }
@@ -235,18 +241,19 @@ export class AccountService {
     return r?.name ?? null;
   }
 
-  async fields(q: Q, row: AccountRow): Promise<AccountFields> {
-    return accountFields(row, await this.pupName(q, row.main_pup_uid));
+  /** Whether the tenant may see the account's main PUP (one it manages). */
+  static seesPup(tenant: TenantPrincipal, pupUid: string | null): boolean {
+    return pupUid !== null && tenant.pupUids.has(pupUid);
+  }
+
+  async fields(q: Q, row: AccountRow, tenant: TenantPrincipal): Promise<AccountFields> {
+    const visible = AccountService.seesPup(tenant, row.main_pup_uid);
+    return accountFields(row, visible ? await this.pupName(q, row.main_pup_uid) : null, visible);
   }
 
   /** A free mail code (checked before insert; the unique index catches the rare race). */
   async freeMailCode(q: Q): Promise<string> {
-    for (let i = 0; i < 20; i++) {
-      const code = generateMailCode();
-      const taken = await q.selectFrom('accounts').select('uid').where('mail_code', '=', code).executeTakeFirst();
-      if (!taken) return code;
-    }
-    throw new Error('no free mail code found in 20 attempts');
+    return freeMailCode(q);
   }
 
   /** Runs fn in a transaction, once more when a unique index refused a concurrent duplicate. */
@@ -285,14 +292,27 @@ export class AccountService {
 
   async getAccount(tenant: TenantPrincipal, b: { userUid?: string | null; userName?: string | null; emailAddress?: string | null }) {
     const db = this.db;
-    // Search order: userUid, userName, emailAddress; the first given criterion that finds an account wins.
-    let row: AccountRow | undefined;
-    if (b.userUid && b.userUid.trim()) row = await this.byUid(db, b.userUid.trim());
-    if (!row && b.userName && b.userName.trim()) row = await this.byUserName(db, b.userName);
-    if (!row && b.emailAddress && b.emailAddress.trim()) row = await this.byEmail(db, b.emailAddress);
-    if (!row) return { isExisting: false, canManageUser: false, ...NULL_ACCOUNT };
-    if (!(await canManageAccount(db, tenant, row.uid))) return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
-    return { isExisting: true, canManageUser: true, ...(await this.fields(db, row)) };
+    // Search order: userUid, userName, emailAddress; the first given criterion that finds an account
+    // wins. For an account the caller cannot manage, only the e-mail address may reveal that it
+    // exists (locker-api.md): found by userUid or userName it counts as not found, and the search
+    // goes on with the next criterion.
+    const full = async (row: AccountRow) => ({ isExisting: true, canManageUser: true, ...(await this.fields(db, row, tenant)) });
+    if (b.userUid && b.userUid.trim()) {
+      const row = await this.byUid(db, b.userUid.trim());
+      if (row && (await canManageAccount(db, tenant, row.uid))) return full(row);
+    }
+    if (b.userName && b.userName.trim()) {
+      const row = await this.byUserName(db, b.userName);
+      if (row && (await canManageAccount(db, tenant, row.uid))) return full(row);
+    }
+    if (b.emailAddress && b.emailAddress.trim()) {
+      const row = await this.byEmail(db, b.emailAddress);
+      if (row) {
+        if (await canManageAccount(db, tenant, row.uid)) return full(row);
+        return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
+      }
+    }
+    return { isExisting: false, canManageUser: false, ...NULL_ACCOUNT };
   }
 
   // --- GetAccounts --------------------------------------------------------------------------
@@ -332,7 +352,8 @@ export class AccountService {
             .whereRef('ap.account_uid', '=', 'a.uid')
             .where('tp.tenant_uid', '=', tenant.uid),
         ),
-      );
+      )
+      .where((eb) => notOthersMainAccount(eb, tenant));
     const t = (v: string | null | undefined) => (v ?? '').trim();
     if (t(b.pupUid)) {
       const pup = t(b.pupUid);
@@ -362,7 +383,7 @@ export class AccountService {
       .offset((b.pageNo - 1) * b.pageSize)
       .execute();
     const items = rows.map((r) => {
-      const f = accountFields(r, r.pup_name ?? null);
+      const f = accountFields(r, r.pup_name ?? null, AccountService.seesPup(tenant, r.main_pup_uid));
       const item: Record<string, unknown> = { userUid: f.userUid, userName: f.userName, canManage: true };
       if (inc.email) item.emailAddress = f.emailAddress;
       if (inc.fullName) Object.assign(item, { firstName: f.firstName, lastName: f.lastName });
@@ -379,19 +400,10 @@ export class AccountService {
   // --- GetAccountPickUpPoint ----------------------------------------------------------------
 
   async getAccountPickUpPoint(tenant: TenantPrincipal, userUid: unknown) {
-    let row = await this.manageable(this.db, tenant, userUid, (uid) => ({ userUid: uid }));
-    if (!row.mail_code) {
-      // Accounts made by provisioning (dispatcher main accounts) get their code on first use.
-      row = await this.tx(async (trx) => {
-        const fresh = await this.byUid(trx, row.uid);
-        if (fresh && !fresh.mail_code) {
-          await trx.updateTable('accounts').set({ mail_code: await this.freeMailCode(trx), updated_at: this.now() }).where('uid', '=', row.uid).execute();
-        }
-        return (await this.byUid(trx, row.uid))!;
-      }, () => new ApiError('InternalError', 'could not assign a mail code', 500));
-      this.log.info({ userUid: row.uid, tenant: tenant.clientId }, 'mail code assigned');
-    }
-    const pup = row.main_pup_uid ? await this.db.selectFrom('pups').selectAll().where('uid', '=', row.main_pup_uid).executeTakeFirst() : undefined;
+    // A read: every account has its mail code from creation (API, provisioning, migration 102).
+    const row = await this.manageable(this.db, tenant, userUid, (uid) => ({ userUid: uid }));
+    // Only a main PUP the caller manages is described; another tenant's PUP stays hidden (null).
+    const pup = AccountService.seesPup(tenant, row.main_pup_uid) ? await this.db.selectFrom('pups').selectAll().where('uid', '=', row.main_pup_uid!).executeTakeFirst() : undefined;
     const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : v != null && v !== '' && Number.isFinite(Number(v)) ? Number(v) : null);
     const str = (v: unknown) => (typeof v === 'string' ? v : '');
     let delivery: Record<string, unknown> | null = null;
@@ -429,7 +441,6 @@ export class AccountService {
     const result = await this.db.transaction().execute(async (trx) => {
       const row = await this.manageable(trx, tenant, b.userUid, (uid) => ({ userUid: uid }));
       const merged = mergeFlags(flagsOf(row), b);
-      if (!merged) throw new AccountFailure('MutationConfigFailed', MUTATION_REFUSED, { userUid: row.uid, ...flagsOf(row) });
       await trx.updateTable('accounts').set({ ...flagColumns(merged), updated_at: this.now() }).where('uid', '=', row.uid).execute();
       return { userUid: row.uid, ...merged };
     });
@@ -481,7 +492,7 @@ export class AccountService {
       () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
     );
     this.log.info({ userUid: row.uid, tenant: tenant.clientId, fields: changed }, 'account details set');
-    const f = await this.fields(this.db, row);
+    const f = await this.fields(this.db, row, tenant);
     const s = shortFields(f);
     return {
       userUid: s.userUid, canManageUser: true, firstName: s.firstName, lastName: s.lastName, emailAddress: s.emailAddress, phoneNumber: s.phoneNumber,
@@ -505,8 +516,12 @@ export class AccountService {
         if (changed) {
           await trx.updateTable('accounts').set({ main_pup_uid: pupUid, updated_at: this.now() }).where('uid', '=', cur.uid).execute();
           // The link to the previous main PUP goes with it, but only when the caller manages that
-          // PUP (never drop another tenant's link). The new link keeps the account manageable.
-          if (old && tenant.pupUids.has(old)) await trx.deleteFrom('account_pups').where('account_uid', '=', cur.uid).where('pup_uid', '=', old).execute();
+          // PUP and no other tenant does: another tenant's link (also through a shared PUP) is
+          // never removed. The new link keeps the account manageable.
+          if (old && tenant.pupUids.has(old)) {
+            const shared = await trx.selectFrom('tenant_pups').select('tenant_uid').where('pup_uid', '=', old).where('tenant_uid', '<>', tenant.uid).executeTakeFirst();
+            if (!shared) await trx.deleteFrom('account_pups').where('account_uid', '=', cur.uid).where('pup_uid', '=', old).execute();
+          }
         }
         return { userUid: cur.uid, pupUid, pickUpPointChanged: changed };
       },
@@ -540,14 +555,14 @@ export class AccountService {
   // --- CreateAccount / CreateOrGetAccount ---------------------------------------------------
 
   private normalizeCreate(tenant: TenantPrincipal, b: CreateInput) {
-    const d = normalizeDetails(b);
+    const d = normalizeDetails(b, { wholeAddress: false });
     const emailAddress = d.emailAddress!;
     const userName = given(b.userName) && b.userName.trim() ? normUserName(b.userName) : emailAddress;
     const pupUid = this.assertPup(tenant, b.pickUpPointUid);
     return { d, emailAddress, userName, pupUid, hasUserName: given(b.userName) && b.userName.trim() !== '' };
   }
 
-  private async insert(trx: Transaction<Database>, n: ReturnType<AccountService['normalizeCreate']>, flags: MutationFlags | null): Promise<AccountRow> {
+  private async insert(trx: Transaction<Database>, n: ReturnType<AccountService['normalizeCreate']>, flags: MutationFlags): Promise<AccountRow> {
     const uid = newUid();
     const now = this.now();
     const a = n.d.address;
@@ -570,7 +585,7 @@ export class AccountService {
         mailbox: a?.mailbox ?? null,
         city: a?.city ?? null,
         country_code: a?.countryCode ?? null,
-        ...(flags ? flagColumns(flags) : {}),
+        ...flagColumns(flags),
         created_at: now,
         updated_at: now,
       })
@@ -583,8 +598,8 @@ export class AccountService {
     return { ...shortFieldsNoUser(), userName: null, userUid: uid, canManageUser: false, ...(withExisting ? { isExisting: true } : {}) };
   }
 
-  private async created(row: AccountRow) {
-    return { ...shortFields(await this.fields(this.db, row)), canManageUser: true };
+  private async created(row: AccountRow, tenant: TenantPrincipal) {
+    return { ...shortFields(await this.fields(this.db, row, tenant)), canManageUser: true };
   }
 
   async create(tenant: TenantPrincipal, b: CreateInput) {
@@ -614,34 +629,28 @@ export class AccountService {
       () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
     );
     this.log.info({ userUid: row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
-    const data = await this.created(row);
-    if (!flags) {
-      this.log.warn({ userUid: row.uid, tenant: tenant.clientId }, 'mutation configuration refused');
-      throw new AccountFailure('MutationConfigFailed', `account created, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
-    }
-    return data;
+    return this.created(row, tenant);
   }
 
   async createOrGet(tenant: TenantPrincipal, b: CreateInput) {
     const n = this.normalizeCreate(tenant, b);
-    type Out = { row: AccountRow; isExisting: boolean; touched: boolean; flagsRefused: boolean };
+    type Out = { row: AccountRow; isExisting: boolean; touched: boolean };
     const out = await this.tx(
       async (trx): Promise<Out> => {
         const byEmail = await this.byEmail(trx, n.emailAddress);
         const byUser = n.hasUserName ? await this.byUserName(trx, n.userName) : undefined;
         const deny = (uid: string) =>
           new AccountFailure('AccessDenied', 'the account exists and is managed by another service provider', this.deniedCreate(uid, true));
-        const applyFlags = async (row: AccountRow): Promise<{ row: AccountRow; refused: boolean }> => {
-          if (!b.mutationConfig) return { row, refused: false };
+        const applyFlags = async (row: AccountRow): Promise<AccountRow> => {
+          if (!b.mutationConfig) return row;
           const merged = mergeFlags(flagsOf(row), b.mutationConfig);
-          if (!merged) return { row, refused: true };
           await trx.updateTable('accounts').set({ ...flagColumns(merged), updated_at: this.now() }).where('uid', '=', row.uid).execute();
-          return { row: (await this.byUid(trx, row.uid))!, refused: false };
+          return (await this.byUid(trx, row.uid))!;
         };
 
         if (byUser) {
           if (!(await canManageAccount(trx, tenant, byUser.uid))) throw deny(byUser.uid);
-          if (byUser.email_key === emailKey(n.emailAddress)) return { row: byUser, isExisting: true, touched: false, flagsRefused: false };
+          if (byUser.email_key === emailKey(n.emailAddress)) return { row: byUser, isExisting: true, touched: false };
           // The account exists by username with another e-mail address: update it to the given one.
           if (byEmail) throw new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account than the given userName', 400);
           if (!fromBool(byUser.can_change_email_address)) {
@@ -649,32 +658,29 @@ export class AccountService {
           }
           await trx.updateTable('accounts').set({ email_address: n.emailAddress, email_key: emailKey(n.emailAddress), updated_at: this.now() }).where('uid', '=', byUser.uid).execute();
           const r = await applyFlags((await this.byUid(trx, byUser.uid))!);
-          return { row: r.row, isExisting: true, touched: true, flagsRefused: r.refused };
+          return { row: r, isExisting: true, touched: true };
         }
         if (byEmail) {
           if (!(await canManageAccount(trx, tenant, byEmail.uid))) throw deny(byEmail.uid);
           if (n.hasUserName) throw new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for an account with another username', 400);
-          return { row: byEmail, isExisting: true, touched: false, flagsRefused: false };
+          return { row: byEmail, isExisting: true, touched: false };
         }
         const taken = n.hasUserName ? undefined : await this.byUserName(trx, n.userName);
         if (taken) {
           if (!(await canManageAccount(trx, tenant, taken.uid))) throw deny(taken.uid);
-          // Read committed: a concurrent call created this very account between the e-mail lookup
-          // above and this one. It is the account asked for.
-          if (taken.email_key === emailKey(n.emailAddress)) return { row: taken, isExisting: true, touched: false, flagsRefused: false };
+          // A concurrent call committed this very account between the two lookups (PostgreSQL
+          // READ COMMITTED: each statement sees the latest commits): it is the one we look for.
+          if (taken.email_key === emailKey(n.emailAddress)) return { row: taken, isExisting: true, touched: false };
           throw new ApiError('EmailAlreadyRegistered', 'userName: an account with this username already exists with another e-mail address', 400);
         }
         const flags = b.mutationConfig ? mergeFlags(DEFAULT_FLAGS, b.mutationConfig) : DEFAULT_FLAGS;
-        return { row: await this.insert(trx, n, flags), isExisting: false, touched: true, flagsRefused: !flags };
+        return { row: await this.insert(trx, n, flags), isExisting: false, touched: true };
       },
       () => new ApiError('EmailAlreadyRegistered', 'emailAddress: registered for another account', 400),
     );
     if (!out.isExisting) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, pupUid: n.pupUid }, 'account created');
     else if (out.touched) this.log.info({ userUid: out.row.uid, tenant: tenant.clientId, fields: ['emailAddress'] }, 'account e-mail address updated');
-    const data = { ...(await this.created(out.row)), isExisting: out.isExisting };
-    if (out.flagsRefused) {
-      throw new AccountFailure('MutationConfigFailed', `account ${out.isExisting ? 'updated' : 'created'}, but the mutation configuration was not applied: ${MUTATION_REFUSED}`, data);
-    }
+    const data = { ...(await this.created(out.row, tenant)), isExisting: out.isExisting };
     return data;
   }
 }

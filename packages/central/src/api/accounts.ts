@@ -121,7 +121,7 @@ export async function accountRoutes(app: FastifyInstance, ctx: AppContext): Prom
   accountPost(app, {
     path: '/v1/Account/GetAccount',
     summary: 'Look up an account by userUid, userName or emailAddress (in that order)',
-    description: 'For an account the caller cannot manage only isExisting and userUid are given; every other field is null.',
+    description: 'An account the caller cannot manage is found only by emailAddress (by userUid or userName it counts as not found); then only isExisting and userUid are given, every other field is null.',
     body: z.object({ userName: optStr(), emailAddress: optStr(), userUid: optStr() }),
     response: envelope({ isExisting: z.boolean(), canManageUser: z.boolean(), ...accountFieldsShape }),
     handler: async (b, req) => accounts.getAccount(req.tenant, b),

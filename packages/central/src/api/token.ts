@@ -1,7 +1,9 @@
 // POST /connect/token: OAuth 2 client credentials (form encoded), scope integration_api.
 // Errors follow RFC 6749 section 5.2 (product.md): {error, error_description} with 400 or 401.
-import type { FastifyInstance } from 'fastify';
+import type { FastifyError, FastifyInstance } from 'fastify';
 import { z } from 'zod';
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { ApiError } from '../errors';
 import type { AppContext } from '../context';
 import { verifySecret } from '../auth/secrets';
 
@@ -13,12 +15,39 @@ const TokenRequest = z.object({
 });
 
 const TokenResponse = z.object({ access_token: z.string(), token_type: z.string(), expires_in: z.number().int(), scope: z.string() });
-const OAuthError = z.object({ error: z.string(), error_description: z.string() });
+// RFC 6749 5.2 error JSON. `error` doubles as the envelope's error code, and `success` and
+// `message` carry the rest of the envelope (product.md: the envelope is on every response).
+const OAuthError = z.object({ success: z.literal(false), error: z.string(), message: z.string(), error_description: z.string() });
+
+function oauthError(error: string, error_description: string) {
+  return { success: false as const, error, message: error_description, error_description };
+}
 
 // A fixed hash to verify against when the client is unknown, so both paths cost the same.
 const DUMMY_HASH = 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA';
 
 export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
+  // A body that cannot be parsed or fails validation (no body, a non-string field, another
+  // Content-Type) is an OAuth invalid_request. The global handler would send the tenant envelope,
+  // which the 400 response schema refuses (a 500). Limits (413, 429) and faults go on to it.
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    const status = err.statusCode ?? 500;
+    const isValidation = hasZodFastifySchemaValidationErrors(err) || !!err.validation;
+    if (!(err instanceof ApiError) && (isValidation || (status >= 400 && status < 500 && status !== 413 && status !== 429))) {
+      const v = (err.validation ?? [])[0] as { instancePath?: string; message?: string } | undefined;
+      const field = (v?.instancePath ?? '').replace(/^\//, '').replace(/\//g, '.');
+      const why = isValidation
+        ? field
+          ? `${field}: ${v?.message ?? 'invalid'}`
+          : `request body: ${v?.message ?? 'invalid'}; send a form-encoded body (application/x-www-form-urlencoded)`
+        : err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE'
+          ? `unsupported Content-Type ${req.headers['content-type'] ?? '(none)'}: send application/x-www-form-urlencoded`
+          : `malformed request: ${err.message}`;
+      return reply.code(400).header('cache-control', 'no-store').send(oauthError('invalid_request', why));
+    }
+    throw err;
+  });
+
   app.post(
     '/connect/token',
     {
@@ -54,7 +83,7 @@ export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
           clientSecret = formDecode(decoded.slice(colon + 1));
         }
       }
-      const fail = (status: number, error: string, error_description: string) => reply.code(status as 400).header('cache-control', 'no-store').send({ error, error_description });
+      const fail = (status: number, error: string, error_description: string) => reply.code(status as 400).header('cache-control', 'no-store').send(oauthError(error, error_description));
       if (!body.grant_type) return fail(400, 'invalid_request', 'grant_type is required');
       if (body.grant_type !== 'client_credentials') return fail(400, 'unsupported_grant_type', 'only client_credentials is supported');
       if (!clientId || !clientSecret) return fail(401, 'invalid_client', 'client_id and client_secret are required');

@@ -10,6 +10,7 @@ import { newUid, toDbTime } from '../ids';
 import { hashSecret, isHash, verifySecret } from '../auth/secrets';
 import { ProvisioningFile, type ProvisioningInput } from './schema';
 import { findNul } from '../nul';
+import { freeMailCode } from '../accounts/mail-code';
 
 export class ProvisioningError extends Error {
   constructor(
@@ -172,13 +173,18 @@ export async function applyProvisioning(db: Kysely<Database>, input: Provisionin
       };
       if (!acct) {
         const auid = a.uid ?? newUid();
-        await trx.insertInto('accounts').values({ uid: auid, ...acctWanted, created_at: now, updated_at: now }).execute();
+        // Like every account, it gets its mail code when it is made (accounts/mail-code.ts).
+        await trx.insertInto('accounts').values({ uid: auid, ...acctWanted, mail_code: await freeMailCode(trx), created_at: now, updated_at: now }).execute();
         acct = await trx.selectFrom('accounts').selectAll().where('uid', '=', auid).executeTakeFirstOrThrow();
         note('created', `dispatcher account of ${t.clientId}`);
       } else if (diff(acct, acctWanted).length) {
         await trx.updateTable('accounts').set({ ...acctWanted, updated_at: now }).where('uid', '=', acct.uid).execute();
         note('updated', `dispatcher account of ${t.clientId}`);
       } else note('unchanged', `dispatcher account of ${t.clientId}`);
+      if (!acct.mail_code) {
+        // An account from before migration 102 that the migration could not reach (none as a rule).
+        await trx.updateTable('accounts').set({ mail_code: await freeMailCode(trx), updated_at: now }).where('uid', '=', acct.uid).execute();
+      }
 
       const secretHash = isHash(t.clientSecret)
         ? t.clientSecret

@@ -3,6 +3,7 @@
 import type { Migration } from 'kysely';
 import * as m001 from './001_foundation';
 import * as m101 from './101_account_suggestions';
+import * as m102 from './102_account_mail_codes';
 import * as m200 from './200_shipments';
 import * as m201 from './201_booking_candidates';
 import * as m202 from './202_booking_write_path';
@@ -14,6 +15,7 @@ import * as m401 from './401_edge_seq_bigint';
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
   '101_account_suggestions': m101,
+  '102_account_mail_codes': m102,
   '200_shipments': m200,
   '201_booking_candidates': m201,
   '202_booking_write_path': m202,
