@@ -86,4 +86,17 @@ describeEngines('accounts on a shared pick up point', (engine) => {
     expect((await t.post('/v1/Account/GetAccount', { userUid: dB.userUid })).body).toMatchObject({ canManageUser: false });
     expect((await t.post('/v1/Account/SetAccountDetails', { userUid: dB.userUid, phoneNumber: '+31612345678' })).body).toMatchObject({ error: 'AccessDenied' });
   });
+
+  it("another tenant's dispatcher main account cannot be a user of a shipment, even on the shared PUP", async () => {
+    const dA = (await t.post('/v1/Account/GetAccount', { emailAddress: DISPATCHER_A_EMAIL })).body.userUid as string;
+    const body = (user: Record<string, string>) => ({ ...user, PupUid: PUP_A1, Dimension: { width: 5, height: 5, length: 5 }, AllowLargerLockers: true, AllowOverflowLockers: false });
+    for (const field of ['ToUserUid', 'FromUserUid']) {
+      const res = await t.post('/v1/Logistics/CreateLocalShipment', body({ [field]: dA }), tokB);
+      expect(res.body, field).toMatchObject({ success: false, error: 'InvalidUserUid' });
+    }
+    // an ordinary account on the shared PUP is B's to use, and A still uses its own dispatcher
+    const shared = await t.post('/v1/Account/CreateAccount', { emailAddress: `user-${uniq()}@example.test`, firstName: 'Sam', lastName: 'Shared', pickUpPointUid: PUP_A1 });
+    expect((await t.post('/v1/Logistics/CreateLocalShipment', body({ ToUserUid: shared.body.userUid }), tokB)).body).toMatchObject({ success: true });
+    expect((await t.post('/v1/Logistics/CreateLocalShipment', body({ FromUserUid: dA, ToUserUid: shared.body.userUid }))).body).toMatchObject({ success: true });
+  });
 });

@@ -124,9 +124,17 @@ export class ShipmentService {
   async checkUser(trx: Trx, tenant: TenantPrincipal, uid: string, field: string): Promise<void> {
     if (uid === tenant.mainAccountUid) return;
     // canManageAccount (accounts/access.ts) as one small cached statement: the account's PUP links
-    // (usually one or two) checked against the tenant's set, instead of an IN list of all its PUPs.
-    const links = await rawQuery<{ pup_uid: string }>(trx, this.ctx.db, 'SELECT pup_uid FROM account_pups WHERE account_uid = ?', [uid]);
-    if (!links.rows.some((l) => tenant.pupUids.has(l.pup_uid))) throw new ApiError('InvalidUserUid', `${field}: ${uid} is not an account this client can manage`);
+    // (usually one or two) checked against the tenant's set, instead of an IN list of all its PUPs;
+    // and another tenant's dispatcher main account is never ours, even through a shared PUP.
+    const links = await rawQuery<{ pup_uid: string; foreign_main: number | boolean }>(
+      trx,
+      this.ctx.db,
+      'SELECT pup_uid, EXISTS (SELECT 1 FROM tenants WHERE main_account_uid = ? AND uid <> ?) AS foreign_main FROM account_pups WHERE account_uid = ?',
+      [uid, tenant.uid, uid],
+    );
+    if (!links.rows.some((l) => tenant.pupUids.has(l.pup_uid)) || links.rows.some((l) => l.foreign_main === true || Number(l.foreign_main) === 1)) {
+      throw new ApiError('InvalidUserUid', `${field}: ${uid} is not an account this client can manage`);
+    }
   }
 
   private owner(row: ShipmentRow): CodeOwner {
