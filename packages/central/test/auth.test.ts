@@ -22,6 +22,7 @@ describeEngines('token endpoint and bearer auth', (engine) => {
     expect(body.expires_in).toBe(60);
     expect(typeof body.access_token).toBe('string');
     expect(res.headers['cache-control']).toBe('no-store');
+    expect(body).toMatchObject({ success: true, error: null, message: null, scope: 'integration_api' });
   });
 
   it.each([

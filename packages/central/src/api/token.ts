@@ -14,7 +14,16 @@ const TokenRequest = z.object({
   scope: z.string().optional(),
 });
 
-const TokenResponse = z.object({ access_token: z.string(), token_type: z.string(), expires_in: z.number().int(), scope: z.string() });
+// The OAuth fields, plus the envelope (product.md: on every response, success or not).
+const TokenResponse = z.object({
+  access_token: z.string(),
+  token_type: z.string(),
+  expires_in: z.number().int(),
+  scope: z.string(),
+  success: z.literal(true),
+  error: z.null(),
+  message: z.null(),
+});
 // RFC 6749 5.2 error JSON. `error` doubles as the envelope's error code, and `success` and
 // `message` carry the rest of the envelope (product.md: the envelope is on every response).
 const OAuthError = z.object({ success: z.literal(false), error: z.string(), message: z.string(), error_description: z.string() });
@@ -96,7 +105,7 @@ export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
       const scopes = (body.scope ?? 'integration_api').split(' ').filter(Boolean);
       if (scopes.length === 0 || scopes.some((s) => s !== 'integration_api')) return fail(400, 'invalid_scope', 'the only scope is integration_api');
       const { token, expiresIn } = ctx.tokens.issue(tenant!.uid);
-      return reply.header('cache-control', 'no-store').send({ access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: 'integration_api' });
+      return reply.header('cache-control', 'no-store').send({ access_token: token, token_type: 'Bearer', expires_in: expiresIn, scope: 'integration_api', success: true, error: null, message: null });
     },
   );
 }
