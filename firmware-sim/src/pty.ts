@@ -107,7 +107,7 @@ export class PtyPair {
         child.stdin?.destroy();
         this.exitCode = code;
         if (this.child === child) this.child = null;
-        this.log.debug({ code, signal }, 'socat exited');
+        this.log.debug({ exitCode: code, signal }, 'socat exited');
         resolve();
       });
     });

@@ -86,7 +86,7 @@ describe('embedded broker: terminal login cost and throttling', () => {
     // only the first few were checked; the rest refused as throttled (CONNACK 5), with a log line
     expect(results.filter((r) => r.code === 5).length).toBeGreaterThanOrEqual(30);
     const warn = lines.find((l) => l.errorCode === 'AUTH_THROTTLED' && l.terminal === 'term-a1');
-    expect(warn).toMatchObject({ ns: 'central.mqtt.broker', address: '127.0.0.1', msg: expect.stringContaining('too many failed terminal logins') });
+    expect(warn).toMatchObject({ ns: 'central.mqtt.broker', remote: '127.0.0.1', msg: expect.stringContaining('too many failed terminal logins') });
     expect(JSON.stringify(lines)).not.toContain('wrong-secret');
 
     // another terminal from the same address with its right secret still connects

@@ -152,8 +152,8 @@ export class EmbeddedBroker implements MessageBus {
     }
     // every attempt counts as failed until it succeeded, so a burst of concurrent CONNECTs is
     // throttled too (not only the ones after the first checks finished)
-    this.failed(clientKey, this.throttle.maxFailuresPerClient, { terminal: client.id, address });
-    this.failed(addressKey, this.throttle.maxFailuresPerAddress, { address });
+    this.failed(clientKey, this.throttle.maxFailuresPerClient, { terminal: client.id, remote: address });
+    this.failed(addressKey, this.throttle.maxFailuresPerAddress, { remote: address });
     const ok = await this.checkSecret(client, username, password);
     if (ok) {
       this.failures.delete(clientKey);
@@ -163,7 +163,7 @@ export class EmbeddedBroker implements MessageBus {
     return ok;
   }
 
-  private failed(key: string, max: number, who: { terminal?: string; address: string }): void {
+  private failed(key: string, max: number, who: { terminal?: string; remote: string }): void {
     const now = Date.now();
     let f = this.failures.get(key);
     if (!f || now - f.since > this.throttle.windowMs) f = { count: 0, since: now, blockedUntil: 0 };

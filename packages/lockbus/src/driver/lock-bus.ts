@@ -630,7 +630,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     this.log[level](payload, type);
     this.safeEmit(type, payload);
     if (type === 'boardOnline' && this.opts.pulseMs != null && this.dialect.supports('setPulse')) {
-      this.setPulse(e.board, this.opts.pulseMs).catch((err: LockBusError) => this.log.warn({ board: e.board, code: err.code }, 'setting the pulse time failed'));
+      this.setPulse(e.board, this.opts.pulseMs).catch((err: LockBusError) => this.log.warn({ board: e.board, errorCode: err.code }, 'setting the pulse time failed'));
     }
   }
 
@@ -651,7 +651,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     } catch (err) {
       const code = (err as LockBusError).code ?? 'NO_REPLY';
       if (!this.running) return;
-      this.log.debug({ board: spec.address, code }, 'poll failed');
+      this.log.debug({ board: spec.address, errorCode: code }, 'poll failed');
       this.applyBoard(spec.address, { kind: 'pollFailed', at: this.now(), error: code });
     }
   }
