@@ -41,6 +41,8 @@ export interface AgentOptions {
 }
 
 export type UnlockOutcome = { ok: true; alreadyOpen: boolean } | { ok: false; error: AckErrorCode; message: string };
+/** The diagnostics page's open: JOURNAL_UNAVAILABLE when the store cannot be written (nothing pulsed). */
+export type TechnicianOpenOutcome = UnlockOutcome | { ok: false; error: 'JOURNAL_UNAVAILABLE'; message: string };
 
 /** What became of a presented code. JOURNAL_UNAVAILABLE: the opening could not be journalled, so no lock was pulsed. */
 export type CredentialOutcome =
@@ -506,7 +508,16 @@ export class Agent {
   // ---------------------------------------------------------------- technician
 
   /** The diagnostics page's "open lock" (password checked by the page). */
-  async technicianOpen(at: LockRef): Promise<UnlockOutcome> {
+  async technicianOpen(at: LockRef): Promise<TechnicianOpenOutcome> {
+    // As for codes: no door opens whose opening cannot be journalled. The opening is journalled
+    // as unlockSent once the board answered, so the store is proven writable first.
+    try {
+      this.store.setMeta('technician.lastOpenAt', this.now().toISOString());
+    } catch (err) {
+      this.journalFault = (err as Error).message;
+      this.log.error({ ...at, err: (err as Error).message, errorCode: 'JOURNAL_UNAVAILABLE' }, 'technician open refused: the journal cannot be written; lock not pulsed');
+      return { ok: false, error: 'JOURNAL_UNAVAILABLE', message: 'the terminal cannot write its journal: the opening would not be reported, so the lock is not pulsed' };
+    }
     const r = await this.unlock(at);
     if (r.ok) this.record('unlockSent', { ...at, lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician', alreadyOpen: r.alreadyOpen });
     this.log.info({ ...at, ok: r.ok, error: r.ok ? undefined : r.error }, 'technician open');

@@ -203,6 +203,18 @@ describe('agent + simulator + embedded broker', () => {
       } finally {
         begin.mockRestore();
       }
+      // the technician's open on the diagnostics page: refused too, nothing pulsed
+      const meta = vi.spyOn(w.agent.store, 'setMeta').mockImplementation(() => {
+        throw new Error('SQLITE_READONLY: attempt to write a readonly database');
+      });
+      try {
+        expect(await w.agent.technicianOpen({ bus: 'bus0', board: 1, lock: 8 })).toMatchObject({ ok: false, error: 'JOURNAL_UNAVAILABLE' });
+        await sleep(300);
+        expect(rx).toEqual([]);
+        expect(w.lock(1, 8).state.doorOpen).toBe(false);
+      } finally {
+        meta.mockRestore();
+      }
     } finally {
       append.mockRestore();
       w.sim.off('frame', onFrame);
