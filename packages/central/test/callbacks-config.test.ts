@@ -155,7 +155,7 @@ describeEngines('ConfigureCallback, concurrent first calls', (engine) => {
     expect(row.auth_key).toBe(withKey[0]!.body.authKey);
   });
 
-  it('several resetKey calls at once: the key stored is the one returned last (each caller saw a distinct new key)', async () => {
+  it('several resetKey calls at once: each caller gets a distinct new key, and the stored key is one of them', async () => {
     const tok = await t.token();
     const res = await Promise.all(Array.from({ length: 5 }, () => t.post(PATH, { url: 'https://tenant-a.example.test/race', authType: 'HMAC', resetKey: true }, tok)));
     const keys = res.map((r) => r.body.authKey as string);

@@ -290,7 +290,7 @@ describeEngines('callback delivery', (engine) => {
     expect(rx.requests.filter((r) => r.headers['x-event-id'] === e3.eventId)).toHaveLength(1);
   });
 
-  it('a state change rolled back queues nothing', async () => {
+  it('the outbox row is written in the caller\'s transaction: rolled back with it, nothing queued', async () => {
     const ship = newUid();
     await expect(
       t.ctx.db.kysely.transaction().execute(async (trx) => {

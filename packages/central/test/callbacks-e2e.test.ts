@@ -100,11 +100,20 @@ describeEngines('callbacks end to end', (engine) => {
   it('Idempotency-Key on CreateLocalShipment: the repeat returns the same shipment and creates (and announces) nothing new', async () => {
     const user = await addUser(t);
     const key = `order-${newUid()}`;
+    const totals = async () => {
+      const s = await t.ctx.db.kysely.selectFrom('shipments').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow();
+      const o = await t.ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow();
+      const l = await t.ctx.db.kysely.selectFrom('lockers').select((eb) => eb.fn.countAll().as('n')).where('booked_shipment_uid', 'is not', null).executeTakeFirstOrThrow();
+      return { shipments: Number(s.n), outbox: Number(o.n), bookedLockers: Number(l.n) };
+    };
     const a = await create(user, key);
+    const afterFirst = await totals();
     const b = await create(user, key);
     expect(a.status).toBe(200);
     expect(b.raw).toBe(a.raw);
     expect(b.headers['idempotent-replayed']).toBe('true');
+    // nothing new anywhere: no second shipment, no second locker, no second announcement
+    expect(await totals()).toEqual(afterFirst);
     const count = await t.ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.countAll().as('n')).where('shipment_uid', '=', a.body.shipmentUid).executeTakeFirstOrThrow();
     expect(Number(count.n)).toBe(1);
     const other = await create(user, key, { ReferenceNo: 'ORDER-2' });

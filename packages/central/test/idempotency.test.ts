@@ -8,7 +8,7 @@ import { centralPlugin } from '../src/app';
 import { v1Post } from '../src/http/route';
 import { envelope } from '../src/http/envelope';
 import { ApiError } from '../src/errors';
-import { IdempotencySweeper } from '../src/http/idempotency';
+import { IdempotencySweeper, idempotencyStats } from '../src/http/idempotency';
 import { newUid, toDbTime } from '../src/ids';
 
 const CREATE = '/v1/Test/CreateThing';
@@ -180,8 +180,9 @@ describeEngines('Idempotency-Key', (engine) => {
     hold();
     const first = send(CREATE, { pupUid: 'p1' }, k);
     await waitUntil(() => calls === 1);
+    const waitsBefore = idempotencyStats.waits;
     const second = send(CREATE, { pupUid: 'p1' }, k);
-    await new Promise((r) => setTimeout(r, 60)); // the second is now waiting on the reservation
+    await waitUntil(() => idempotencyStats.waits > waitsBefore); // the second found the key pending and waits
     expect(calls).toBe(1);
     openGate();
     const [a, b] = await Promise.all([first, second]);

@@ -42,6 +42,10 @@ const table: Row[] = [
   ['set receiver refused when a receiver exists', {}, { type: 'SetReceiver', via: 'SetShipmentReceiver' }, 'reject'],
   ['set receiver refused in ReadyForPickup', { state: 'ReadyForPickup', hasReceiver: false }, { type: 'SetReceiver', via: 'SetShipmentReceiver' }, 'reject'],
   ['issue from stock allowed in ReadyForPickup without receiver', { state: 'ReadyForPickup', hasReceiver: false }, { type: 'SetReceiver', via: 'IssueFromStock' }, [], ['NewLinkCode'], { hasReceiver: true }],
+  ['issue from stock in WaitForReceiver (AsIssueFromStock)', { state: 'WaitForReceiver', hasReceiver: false }, { type: 'SetReceiver', via: 'IssueFromStock' }, ['ReadyForPickup'], ['NewLinkCode'], { hasReceiver: true }],
+  ['issue from stock in ReadyForDropoff keeps the state', { hasReceiver: false }, { type: 'SetReceiver', via: 'IssueFromStock' }, [], ['NewLinkCode'], { hasReceiver: true }],
+  ['issue from stock in LockerAssigned keeps the state', { state: 'LockerAssigned', waitKind: 'circular', hasReceiver: false }, { type: 'SetReceiver', via: 'IssueFromStock' }, [], ['NewLinkCode'], { hasReceiver: true }],
+  ['remove receiver in LockerAssigned keeps the state', { state: 'LockerAssigned', waitKind: 'swap' }, { type: 'RemoveReceiver' }, [], ['NewLinkCode'], { hasReceiver: false }],
   ['set receiver refused when Cancelled', { state: 'Cancelled', hasReceiver: false }, { type: 'SetReceiver', via: 'SetShipmentReceiver' }, 'reject'],
   ['remove receiver in ReadyForDropoff', {}, { type: 'RemoveReceiver' }, [], ['NewLinkCode'], { hasReceiver: false }],
   ['remove receiver refused without receiver', { hasReceiver: false }, { type: 'RemoveReceiver' }, 'reject'],
@@ -85,13 +89,42 @@ describe('shipment state machine (pure)', () => {
     for (const state of ['PickedUp', 'Cancelled', 'Expired'] as const) for (const i of inputs) expect(transition(st({ state }), i).ok).toBe(false);
   });
 
-  it('every state is reachable from a new booking through the table', () => {
-    const seen = new Set<StateCode>(['ReadyForDropoff', 'LockerAssigned']);
-    for (const [, patch, input] of table) {
-      const r = transition(st(patch), input);
-      if (r.ok) r.steps.forEach((x) => seen.add(x));
+  // Explores the machine itself from every first state initial() gives a new shipment: every
+  // input, and a shipment joining the chain behind this one (its waiter) at any moment.
+  const ALL_INPUTS: Input[] = [
+    { type: 'DropOff' }, { type: 'PickUp' }, { type: 'PriorPickedUp' }, { type: 'PriorDroppedOff' }, { type: 'PriorReleased' },
+    { type: 'SetReceiver', via: 'SetShipmentReceiver' }, { type: 'SetReceiver', via: 'IssueFromStock' }, { type: 'RemoveReceiver' }, { type: 'Cancel' }, { type: 'Expire' },
+  ];
+  const reachable = () => {
+    const key = (m: MachineState) => JSON.stringify([m.state, m.hasReceiver, m.keepBooked, m.waitKind, m.waiter]);
+    const seen = new Map<string, MachineState>();
+    const queue: MachineState[] = [];
+    const visit = (m: MachineState) => {
+      if (seen.has(key(m))) return;
+      seen.set(key(m), m);
+      queue.push(m);
+    };
+    for (const hasReceiver of [true, false]) for (const keepBooked of [true, false]) for (const waitKind of [null, 'swap', 'subsequent', 'circular'] as const) visit(initial({ hasReceiver, keepBooked, waitKind }).state);
+    while (queue.length) {
+      const m = queue.shift()!;
+      for (const w of [null, 'swap', 'subsequent', 'circular'] as const) if (m.waiter !== w) visit({ ...m, waiter: w });
+      for (const i of ALL_INPUTS) {
+        const r = transition(m, i);
+        if (r.ok) visit(r.state);
+      }
     }
-    expect([...seen].sort()).toEqual([...STATES].sort());
+    return [...seen.values()];
+  };
+
+  it('every state is reachable from the first states of new shipments (explored with every input)', () => {
+    expect([...new Set(reachable().map((m) => m.state))].sort()).toEqual([...STATES].sort());
+  });
+
+  it("every accepted row of the table starts from a state a shipment can really be in", () => {
+    const states = reachable();
+    const fits = (patch: Partial<MachineState>) => states.some((m) => Object.entries({ ...base, ...patch }).every(([k, v]) => m[k as keyof MachineState] === v));
+    const unreachable = table.filter(([, patch, , steps]) => steps !== 'reject' && !fits(patch)).map(([name]) => name);
+    expect(unreachable).toEqual([]);
   });
 
   // AddShipmentObject changeDropOffAccess: a new drop-off code only while one can still be used

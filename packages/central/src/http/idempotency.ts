@@ -25,6 +25,9 @@ export const REPLAYED_HEADER = 'idempotent-replayed';
 const KEY_RE = /^[\x20-\x7e]{1,255}$/;
 const WAIT_STEP_MS = 25;
 
+/** Counters a test can watch (a repeat that found the key pending and waits for the first answer). */
+export const idempotencyStats = { waits: 0 };
+
 interface Reservation {
   tenantUid: string;
   key: string;
@@ -136,6 +139,7 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
       if (Date.now() >= waitUntil) {
         throw new ApiError('IdempotencyKeyInProgress', 'a request with this Idempotency-Key is still being processed; retry later', 400, { 'retry-after': '1' });
       }
+      idempotencyStats.waits++;
       await sleep(WAIT_STEP_MS);
       void round;
     }
