@@ -246,8 +246,10 @@ async function main(): Promise<void> {
     })();
     return stopping;
   };
-  process.once('SIGINT', () => void shutdown('SIGINT'));
-  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+  // process.on, not once: a second Ctrl-C while stopping must not find the signal unhandled (tsx
+  // then exits at once with 130, leaving the stop half done); shutdown() runs only once anyway
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
   watchNpm(() => void shutdown('npm stopped'));
 
   const ctx: CommandContext = { sim: d.sim, bus: d.sim.busNames()[0] ?? '', frames: false, quit: false };

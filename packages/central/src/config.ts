@@ -128,6 +128,20 @@ export class ConfigError extends Error {
 }
 
 /** Environment variables that override the file: LOCKER_<SECTION>_<KEY> (upper snake case). */
+/**
+ * LOCKER_* variables that are not settings of the schema but are read elsewhere: the config file's
+ * path, test and profiling switches (docs/configuration.md, "Other variables").
+ */
+const NOT_CONFIG_ENV = new Set([
+  'LOCKER_CONFIG',
+  'LOCKER_REQUIRE_SERVICES',
+  'LOCKER_CLI_MAIN',
+  'LOCKER_SQLITE_WAL_AUTOCHECKPOINT',
+  'LOCKER_SQL_TIMES',
+  'LOCKER_DEMO_DATA_DIR',
+  'LOCKER_SIM_SOCAT',
+]);
+
 export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_ENVIRONMENT: ['environment'],
   LOCKER_HTTP_HOST: ['http', 'host'],
@@ -255,7 +269,7 @@ export function loadConfig(opts: LoadConfigOptions = {}): Config {
     else (fromEnv[keyPath[0]] ??= {})[keyPath[1]!] = v;
   }
   for (const k of Object.keys(env)) {
-    if (k.startsWith('LOCKER_') && !(k in ENV_MAP) && k !== 'LOCKER_CONFIG' && !k.startsWith('LOCKER_TEST_') && k !== 'LOCKER_REQUIRE_SERVICES') {
+    if (k.startsWith('LOCKER_') && !(k in ENV_MAP) && !NOT_CONFIG_ENV.has(k) && !k.startsWith('LOCKER_TEST_')) {
       throw new ConfigError(`unknown environment variable ${k}: known ones are ${Object.keys(ENV_MAP).join(', ')}`);
     }
   }

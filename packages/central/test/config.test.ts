@@ -140,6 +140,12 @@ describe('configuration', () => {
     expect(() => loadConfig({ env: { HTTP_PORT: 'x', PATH: '/bin' } })).not.toThrow();
   });
 
+  it('the documented LOCKER_ variables that are not settings (tuning, profiling, demo) are not refused', () => {
+    for (const name of ['LOCKER_SQLITE_WAL_AUTOCHECKPOINT', 'LOCKER_SQL_TIMES', 'LOCKER_DEMO_DATA_DIR', 'LOCKER_SIM_SOCAT', 'LOCKER_CLI_MAIN', 'LOCKER_REQUIRE_SERVICES']) {
+      expect(() => loadConfig({ env: { [name]: '1' } }), name).not.toThrow();
+    }
+  });
+
   it('unreadable or malformed files are reported with the file name', () => {
     expect(failure(() => loadConfig({ file: path.join(dir, 'missing.yaml'), env: {} })).message).toContain('missing.yaml');
     const bad = file('json', '{ not json');

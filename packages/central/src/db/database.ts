@@ -66,7 +66,13 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
     return makeDb(kysely, 'postgres', { pool }, schema);
   }
   const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');
-  if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+  if (file !== ':memory:') {
+    try {
+      fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
+    } catch (err) {
+      throw Object.assign(new Error(`database.url ${file}: cannot create its directory ${path.dirname(path.resolve(file))} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}); set LOCKER_DATABASE_URL to a writable place`), { code: 'DATABASE_UNAVAILABLE' });
+    }
+  }
   const sqlite = new BetterSqlite3(file);
   sqlite.pragma('journal_mode = WAL');
   sqlite.pragma(`synchronous = ${opts.sqliteSynchronous ?? 'FULL'}`);
