@@ -159,8 +159,8 @@ export function loadAgentConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; 
       parsed = Number(val);
       if (!Number.isFinite(parsed)) throw new AgentConfigError(`invalid setting ${spec.path.join('.')} (from environment variable ${name}): not a number`);
     } else if (spec.type === 'boolean') {
-      if (!/^(true|false|1|0)$/i.test(val)) throw new AgentConfigError(`invalid setting ${spec.path.join('.')} (from environment variable ${name}): expected true or false`);
-      parsed = /^(true|1)$/i.test(val);
+      if (!/^(true|false|1|0|yes|no|on|off)$/i.test(val)) throw new AgentConfigError(`invalid setting ${spec.path.join('.')} (from environment variable ${name}): expected true/false, 1/0, yes/no or on/off`);
+      parsed = /^(true|1|yes|on)$/i.test(val);
     }
     setPath(raw, spec.path, parsed);
     origin.set(spec.path.join('.'), `environment variable ${name}`);

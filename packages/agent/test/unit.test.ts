@@ -163,4 +163,11 @@ describe('agent config', () => {
     expect(() => loadAgentConfig({ file: file('terminal: { id: t, secret: s }\n'), env: { LOCKER_AGENT_DIAGNOSTICS_PORT: 'eighty' } })).toThrow(/diagnostics\.port .*LOCKER_AGENT_DIAGNOSTICS_PORT/);
     expect(() => loadAgentConfig({ file: file('terminal: { id: t, secret: s }\n'), env: { LOCKER_AGENT_NOPE: '1' } })).toThrow(AgentConfigError);
   });
+
+  it('booleans from the environment as the central reads them: true/1/yes/on and false/0/no/off', () => {
+    const f = file('terminal: { id: t, secret: s }\n');
+    for (const v of ['true', '1', 'yes', 'ON']) expect(loadAgentConfig({ file: f, env: { LOCKER_AGENT_DIAGNOSTICS_ENABLED: v } }).diagnostics.enabled, v).toBe(true);
+    for (const v of ['false', '0', 'no', 'Off']) expect(loadAgentConfig({ file: f, env: { LOCKER_AGENT_DIAGNOSTICS_ENABLED: v } }).diagnostics.enabled, v).toBe(false);
+    expect(() => loadAgentConfig({ file: f, env: { LOCKER_AGENT_DIAGNOSTICS_ENABLED: 'maybe' } })).toThrow(/diagnostics\.enabled .*LOCKER_AGENT_DIAGNOSTICS_ENABLED/);
+  });
 });
