@@ -244,6 +244,19 @@ describe('LockBus over memory', () => {
     expect(st.closed).toEqual([false, true, true, true]);
   });
 
+  it('a late answer is never taken for the next request to the same board (spec 4.3)', async () => {
+    // quiet 25 ms: the late answer (50 ms) comes 10 ms after the 40 ms timeout, inside the
+    // silence the driver waits for after the timeout (not after its own request).
+    const { fake, bus } = await setup('kerong-cu16', { polling: false, quietMs: 25 }, [{ address: 1, locks: 4 }]);
+    await bus.start();
+    fake.faults.lateMs = 50;
+    await expect(bus.readStatus(1)).rejects.toMatchObject({ code: 'NO_REPLY' }); // answer says: all closed
+    fake.faults.lateMs = 20; // the real answer would come after the stale one
+    fake.openDoor(1, 2);
+    const st = await bus.readStatus(1);
+    expect(st.closed).toEqual([true, false, true, true]);
+  });
+
   it('one transaction at a time: unlocks jump the queue but never overlap a pending answer', async () => {
     const boards = Array.from({ length: 6 }, (_, i) => ({ address: i, locks: 16 }));
     const { fake, bus } = await setup('kerong-cu16', { pollIntervalMs: 0 }, boards);

@@ -44,6 +44,7 @@ async function setup(kind: LinkKind, extra: Partial<LockBusOptions> = {}, dialec
   const events = record(bus, ['unlockSent', 'doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'forcedOpen', 'boardOffline', 'boardOnline', 'portOpened', 'portClosed']);
   cleanups.push(() => bus.stop());
   await bus.start();
+  if (extra.polling === false) return { sim, sb, bus, events, rxUnlocks };
   await waitFor(bus, 'boardOnline', () => boards.every((b) => bus.boardOnline(b) === true));
   // the pulse time reaches every board before the scenario starts
   if (bus.dialect.supports('setPulse') && bus.pulseMs !== null) await waitFor(bus, 'pollCycle', () => boards.every((b) => sb.board(b).pulseMs === bus.pulseMs));
@@ -116,6 +117,17 @@ describe.each(['pty', 'tcp'] as const)('LockBus + simulator over %s', (kind) => 
     expect(names(events, 'doorOpened').filter((e) => e.board === 0 && e.lock === 3)).toEqual([]);
     expect(bus.locks(0)[2]!.door).toBe('closed');
     expect(bus.locks(1)[2]!.door).toBe('open');
+  });
+
+  it('fault lateReply: an answer after the timeout is never taken for the next request to the same board', async () => {
+    // answers come ~50 ms after the 150 ms timeout, inside the 100 ms of silence awaited after it
+    const { sb, bus } = await setup(kind, { polling: false, quietMs: 100 });
+    sb.faults.set({ lateReplyMs: 200 });
+    await expect(bus.readStatus(0)).rejects.toMatchObject({ code: 'NO_REPLY' }); // late answer: all closed
+    sb.faults.clear();
+    sb.lock(0, 4).openDoor();
+    const st = await bus.readStatus(0);
+    expect(st.closed[3]).toBe(false);
   });
 
   it('fault garbageBeforeReply: replies still understood, no board goes offline', async () => {

@@ -45,7 +45,10 @@ export interface LockBusOptions {
   polling?: boolean;
   /** Wait for an answer this long after the request drained. Default 150 ms. */
   replyTimeoutMs?: number;
-  /** Silence that ends a drain after a timeout. Default 25 ms. */
+  /**
+   * Silence that ends a drain after a timeout, counted from the timeout or from the last byte
+   * received, whichever is later (never from our own request). Default 25 ms.
+   */
   quietMs?: number;
   /** Upper bound on waiting for the line to go quiet. Default 500 ms. */
   maxDrainMs?: number;
@@ -165,6 +168,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private pumping: Promise<void> | null = null;
   private collector: Collector | null = null;
   private lastLineActivity = 0; // performance.now() of the last byte sent or received
+  private lastRxAt = 0; // performance.now() of the last byte received
   private reconnectTimer: NodeJS.Timeout | null = null;
   private backoffMs: number;
   private pollWake: (() => void) | null = null;
@@ -431,7 +435,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       job.resolve({ drainedAt, reply, echoed });
     } catch (err) {
       const e = err as LockBusError;
-      if (e.code === 'NO_REPLY' || e.code === 'GARBLED_REPLY' || e.code === 'BAD_CHECKSUM') await this.drainLateBytes();
+      if (e.code === 'NO_REPLY' || e.code === 'GARBLED_REPLY' || e.code === 'BAD_CHECKSUM') await this.drainLateBytes(pending.endedAt());
       job.reject(e);
     } finally {
       this.collector = null;
@@ -452,7 +456,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   }
 
   /** Sets up the reply collector before the write so no byte is missed. */
-  private collect(job: Job): { result: Promise<{ reply: LockReply; echoed: boolean }>; armTimeout: () => void } {
+  private collect(job: Job): { result: Promise<{ reply: LockReply; echoed: boolean }>; armTimeout: () => void; endedAt: () => number } {
     const frame = job.frame;
     let echoMatched = 0;
     let echoDone = false;
@@ -461,9 +465,11 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     let sawBadChecksum = false;
     let sawOther = false;
     let timer: NodeJS.Timeout | null = null;
+    let endedAt = 0;
     let settle: ((v: { reply: LockReply; echoed: boolean } | LockBusError) => void) | null = null;
     const result = new Promise<{ reply: LockReply; echoed: boolean }>((resolve, reject) => {
       settle = (v) => {
+        endedAt = performance.now();
         if (timer) clearTimeout(timer);
         settle = null;
         if (v instanceof LockBusError) reject(v);
@@ -537,14 +543,20 @@ export class LockBus extends EventEmitter<LockBusEvents> {
         else settle(new LockBusError('NO_REPLY', `board ${b}: no answer within ${this.t.replyTimeoutMs} ms`));
       }, this.t.replyTimeoutMs);
     };
-    return { result, armTimeout: () => settle && !timer && armTimeout() };
+    return { result, armTimeout: () => settle && !timer && armTimeout(), endedAt: () => endedAt };
   }
 
-  /** After a failed answer: wait for silence, discarding late bytes. */
-  private async drainLateBytes(): Promise<void> {
+  /**
+   * After a failed answer: wait for silence, discarding late bytes (spec section 4 rule 3). The
+   * silence counts from the failure (the timeout) or from the last byte received, whichever is
+   * later: never from our own request, which would end the drain at once when nothing came back
+   * and let a late answer be taken for the next request to the same board. Bounded by maxDrainMs.
+   */
+  private async drainLateBytes(failedAt: number): Promise<void> {
     const start = performance.now();
+    const from = failedAt || start;
     while (performance.now() - start < this.t.maxDrainMs) {
-      const quietFor = performance.now() - this.lastLineActivity;
+      const quietFor = performance.now() - Math.max(from, this.lastRxAt);
       if (quietFor >= this.t.quietMs) break;
       await sleep(Math.max(1, Math.ceil(this.t.quietMs - quietFor)));
     }
@@ -553,6 +565,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
 
   private onData(chunk: Buffer): void {
     this.lastLineActivity = performance.now();
+    this.lastRxAt = this.lastLineActivity;
     this.emitFrame('rx', chunk);
     if (this.collector) this.collector.onChunk(chunk);
     else this.log.trace({ hex: chunk.toString('hex') }, 'rx outside a transaction: discarded');
