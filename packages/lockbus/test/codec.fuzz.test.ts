@@ -86,6 +86,33 @@ describe.each(all.map((d) => [d.name, d] as const))('%s fuzz', (_name, d) => {
     );
   });
 
+  if (d.name === 'generic-8a80') {
+    it('read-all answers of 2..50 channels in noise are framed by the configured channel count', () => {
+      fc.assert(
+        fc.property(
+          fc.integer({ min: 2, max: 50 }).chain((n) => fc.tuple(fc.constant(n), fc.array(fc.boolean(), { minLength: n, maxLength: n }))),
+          fc.integer({ min: 1, max: 31 }),
+          fc.uint8Array({ maxLength: 30 }),
+          fc.uint8Array({ maxLength: 30 }),
+          fc.nat(80),
+          ([n, locks], board, pre, post, cut) => {
+            const frame = d.encodeReply({ kind: 'status', board, locks, items: null });
+            const stream = Buffer.concat([Buffer.from(pre), frame, Buffer.from(post)]);
+            const at = Math.min(cut, stream.length);
+            const p = d.createParser('replies');
+            p.expect({ kind: 'status', board }, { locks: n });
+            const out = [...p.push(stream.subarray(0, at)), ...p.push(stream.subarray(at))];
+            const found = out.filter((f) => f.ok).map((f) => (f as { frame: Buffer }).frame);
+            expect(found.some((f) => f.equals(frame)), `frame ${frame.toString('hex')} in ${stream.toString('hex')}`).toBe(true);
+            const rep = d.decodeReply(frame);
+            expect(rep.kind === 'status' && rep.locks.slice(0, n)).toEqual(locks);
+          },
+        ),
+        { seed: 3131, numRuns: 600 },
+      );
+    });
+  }
+
   it('decoders on random bytes throw only CodecError', () => {
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 24 }), (bytes) => {

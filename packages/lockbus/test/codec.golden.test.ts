@@ -111,6 +111,30 @@ describe('round trips', () => {
     const back = generic8a80.decodeReply(f);
     expect(back.kind === 'status' && back.locks.slice(0, 50)).toEqual(locks);
   });
+  it('8A/80 read all of a 32-channel board whose status bytes look like a 3-group answer is framed by the channel count', () => {
+    // locks 1,2,5,6 closed: S1 = 33 (the mark); locks 25,32: S4 = 81; the first 7 bytes also XOR right
+    const bytes = hex('80 01 81 00 00 33 33 00');
+    const p = generic8a80.createParser('replies');
+    p.expect({ kind: 'status', board: 1 }, { locks: 32 });
+    expect(p.push(bytes.subarray(0, 7))).toEqual([]); // a 7-byte prefix is not the answer
+    expect(p.push(bytes.subarray(7))).toEqual([{ ok: true, frame: bytes }]);
+    const rep = generic8a80.decodeReply(bytes);
+    expect(rep).toEqual({ kind: 'status', board: 1, locks: bits(32, [1, 2, 5, 6, 25, 32]), items: null });
+    expect(generic8a80.encodeReply(rep)).toEqual(bytes);
+  });
+  it('8A/80 read all of 25..50 channels round trips through the parser in one chunk and split at every byte', () => {
+    for (let n = 25; n <= 50; n++) {
+      const locks = bits(n, [1, 2, 5, 6, 25, n]);
+      const f = generic8a80.encodeReply({ kind: 'status', board: 1, locks, items: null });
+      expect(f.length).toBe(4 + Math.ceil(n / 8));
+      for (let cut = 0; cut <= f.length; cut++) {
+        const p = generic8a80.createParser('replies');
+        p.expect({ kind: 'status', board: 1 }, { locks: n });
+        const out = [...p.push(f.subarray(0, cut)), ...p.push(f.subarray(cut))];
+        expect(out, `n=${n} cut=${cut}`).toEqual([{ ok: true, frame: f }]);
+      }
+    }
+  });
   it('8A/80 read one channel and its answer', () => {
     const req: LockRequest = { kind: 'readLock', board: 4, lock: 7 };
     const f = generic8a80.encodeRequest(req);

@@ -244,6 +244,16 @@ describe('LockBus over memory', () => {
     expect(st.closed).toEqual([false, true, true, true]);
   });
 
+  it('8A/80: a 32-channel read-all answer is framed by the configured channel count', async () => {
+    const { fake, bus } = await setup('generic-8a80', { polling: false }, [{ address: 1, locks: 32 }]);
+    const closed = [1, 2, 5, 6, 25, 32];
+    for (let l = 1; l <= 32; l++) fake.lock(1, l).latched = closed.includes(l); // 80 01 81 00 00 33 33 00
+    await bus.start();
+    const st = await bus.readStatus(1);
+    expect(st.reply.kind === 'status' && st.reply.locks.length).toBe(32);
+    expect(st.closed.flatMap((c, i) => (c ? [i + 1] : []))).toEqual(closed);
+  });
+
   it('a late answer is never taken for the next request to the same board (spec 4.3)', async () => {
     // quiet 25 ms: the late answer (50 ms) comes 10 ms after the 40 ms timeout, inside the
     // silence the driver waits for after the timeout (not after its own request).

@@ -12,17 +12,19 @@ export type Attempt =
 
 export interface FrameRules {
   isStart(byte: number): boolean;
-  attempt(buf: Buffer, at: number, expect: LockRequest | null): Attempt;
+  attempt(buf: Buffer, at: number, expect: LockRequest | null, locks: number | null): Attempt;
 }
 
 export class StreamParser implements FrameParser {
   private buf: Buffer = Buffer.alloc(0);
   private expecting: LockRequest | null = null;
+  private expectLocks: number | null = null;
 
   constructor(private readonly rules: FrameRules) {}
 
-  expect(req: LockRequest | null): void {
+  expect(req: LockRequest | null, hint?: { locks?: number }): void {
     this.expecting = req;
+    this.expectLocks = req && hint?.locks !== undefined ? hint.locks : null;
   }
 
   reset(): void {
@@ -52,7 +54,7 @@ export class StreamParser implements FrameParser {
           markGarbage();
           continue;
         }
-        const a = this.rules.attempt(buf, i, this.expecting);
+        const a = this.rules.attempt(buf, i, this.expecting, this.expectLocks);
         if (a.kind === 'frame') {
           flushGarbage(i);
           out.push({ ok: true, frame: Buffer.from(buf.subarray(i, i + a.length)) });
@@ -92,7 +94,7 @@ export class StreamParser implements FrameParser {
   private findInner(buf: Buffer, from: number, to: number, acceptNeed: boolean): number {
     for (let j = from; j < to; j++) {
       if (!this.rules.isStart(buf[j])) continue;
-      const a = this.rules.attempt(buf, j, this.expecting);
+      const a = this.rules.attempt(buf, j, this.expecting, this.expectLocks);
       if (a.kind === 'frame' || (acceptNeed && a.kind === 'need')) return j;
     }
     return -1;

@@ -28,8 +28,10 @@ export interface FrameParser {
   /**
    * Optional hint: the request whose reply is awaited. Only needed where reply shapes are
    * ambiguous (8A/80 read-one vs read-all); other dialects ignore it. null = no expectation.
+   * `locks`: the channels the addressed board has (configured), where the reply length depends
+   * on it (8A/80 read-all): the reply is then framed at exactly that length.
    */
-  expect(req: LockRequest | null): void;
+  expect(req: LockRequest | null, hint?: { locks?: number }): void;
 }
 
 export interface Dialect {

@@ -403,7 +403,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     const expectsReply = this.dialect.repliesTo(job.req);
     // flush: whatever the line said before our request is not its answer
     this.parser.reset();
-    this.parser.expect(expectsReply ? job.req : null);
+    // the configured channel count frames replies whose length depends on it (8A/80 read-all)
+    const board = (job.req as { board?: number }).board;
+    const locks = this.boardSpecs.find((b) => b.address === board)?.locks;
+    this.parser.expect(expectsReply ? job.req : null, { locks });
     const pending = expectsReply ? this.collect(job) : null;
     this.emitFrame('tx', job.frame);
     try {
