@@ -11,6 +11,7 @@ import pino from 'pino';
 import { dialects, isDialectName, type Dialect } from './codec/index';
 import { LockBus, type Polarity } from './driver/lock-bus';
 import { LockBusError } from './errors';
+import { resolveBaudRate } from './transport/factory';
 
 export interface BoardScan {
   address: number;
@@ -149,7 +150,14 @@ export async function main(argv: string[], out: (s: string) => void = (s) => con
     out('--polarity must be closed-high or closed-low');
     return 1;
   }
-  const baudRate = values.baud ? Number(values.baud) : d.defaultBaudRate;
+  // --baud, else ?baud= in --port, else the dialect default: resolved once, by the driver's rule
+  let baudRate: number;
+  try {
+    baudRate = resolveBaudRate(port, values.baud ? Number(values.baud) : undefined, d.defaultBaudRate);
+  } catch (err) {
+    out((err as Error).message);
+    return 1;
+  }
   // locks fitted per board (the wire carries more bits than a small board has: 8A/80 sends 24+)
   const locks = values.locks ? Number(values.locks) : d.locksPerBoard;
   if (!Number.isInteger(locks) || locks < 1 || locks > d.maxLocks) {

@@ -14,7 +14,7 @@ import pino, { type Logger } from 'pino';
 import { dialects, isDialectName } from '../codec/index';
 import type { Dialect, DialectName, LockReply, LockRequest } from '../codec/types';
 import { LockBusError, type LockBusErrorCode } from '../errors';
-import { createTransport } from '../transport/factory';
+import { createTransport, resolveBaudRate } from '../transport/factory';
 import type { Transport } from '../transport/types';
 import { boardStep, initialBoard, viewLocks, type BoardConfig, type BoardEvent, type BoardState, type LockView } from './board-state';
 
@@ -34,7 +34,10 @@ export interface LockBusOptions {
   /** Or a ready transport (tests: MemoryTransport). One of port / transport is required. */
   transport?: Transport;
   dialect: DialectName | Dialect;
-  /** Default: the dialect's default (CU16 19200, 8A/80 9600). Used for the port and timings. */
+  /**
+   * Default: `?baud=` of the port string, else the dialect's default (CU16 19200, 8A/80 9600).
+   * Used for the port and timings; a value that contradicts the port string is BAD_CONFIG.
+   */
   baudRate?: number;
   /** How a latched / closed lock reads on the wire. Default 'closed-high' (bit 1 = closed). */
   polarity?: Polarity;
@@ -181,9 +184,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     const d = typeof opts.dialect === 'string' ? (isDialectName(opts.dialect) ? dialects[opts.dialect] : undefined) : opts.dialect;
     if (!d) throw new LockBusError('BAD_CONFIG', `unknown dialect ${String(opts.dialect)}`);
     this.dialect = d;
-    this.baudRate = opts.baudRate ?? d.defaultBaudRate;
-    this.polarity = opts.polarity ?? 'closed-high';
     if (!opts.transport && !opts.port) throw new LockBusError('BAD_CONFIG', `bus ${opts.name}: port or transport required`);
+    // one source of truth: the port opens at this rate and the gap / timings are computed from it
+    this.baudRate = resolveBaudRate(opts.transport ? undefined : opts.port, opts.baudRate, d.defaultBaudRate);
+    this.polarity = opts.polarity ?? 'closed-high';
     this.transport = opts.transport ?? createTransport(opts.port!, { baudRate: this.baudRate });
     this.log = (opts.logger ?? pino({ level: 'info' })).child({ ns: 'lockbus.driver', bus: opts.name });
     this.now = opts.now ?? Date.now;
@@ -221,6 +225,11 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   /** Milliseconds of one 8N1 character at this bus's baud rate. */
   get charMs(): number {
     return (10 * 1000) / this.baudRate;
+  }
+
+  /** The inter-frame gap in use (ms). */
+  get gapMs(): number {
+    return this.t.gapMs;
   }
 
   /** The pulse time this driver sets on boards (null: left as the boards have it). */
