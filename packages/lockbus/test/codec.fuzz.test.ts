@@ -15,7 +15,7 @@ function requestArb(d: Dialect): fc.Arbitrary<LockRequest> {
     fc.tuple(board, lock).map(([b, l]) => ({ kind: 'unlock' as const, board: b, lock: l })),
   ];
   if (d.supports('unlockAll')) arbs.push(board.map((b) => ({ kind: 'unlockAll' as const, board: b })));
-  if (d.supports('setPulse')) arbs.push(fc.tuple(board, fc.integer({ min: 0, max: 5000 })).map(([b, s]) => ({ kind: 'setPulse' as const, board: b, ms: s * 10 })));
+  if (d.supports('setPulse')) arbs.push(fc.tuple(board, fc.integer({ min: 1, max: 5000 })).map(([b, s]) => ({ kind: 'setPulse' as const, board: b, ms: s * 10 })));
   if (d.supports('readLock')) arbs.push(fc.tuple(board, lock).map(([b, l]) => ({ kind: 'readLock' as const, board: b, lock: l })));
   return fc.oneof(...arbs);
 }

@@ -168,6 +168,16 @@ describe('errors carry codes', () => {
     expect(code(() => generic8a80.encodeRequest({ kind: 'unlock', board: 0, lock: 1 }))).toBe('OUT_OF_RANGE');
     expect(code(() => kerong48.encodeRequest({ kind: 'unlock', board: 0, lock: 49 }))).toBe('OUT_OF_RANGE');
   });
+  it('CU16 set pulse: NaN, infinite, negative and sub-10 ms pulses are refused, never encoded as 0 ms', () => {
+    for (const ms of [NaN, Infinity, -Infinity, -4, -10, 0, 4, 655360]) {
+      expect(code(() => kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms })), `ms=${ms}`).toBe('OUT_OF_RANGE');
+    }
+  });
+  it('CU16 set pulse edges: 10 ms, 5 ms rounds to one unit, 655350 ms', () => {
+    expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms: 10 })).toEqual(hex('02 00 37 00 01 03 3D'));
+    expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms: 5 })).toEqual(hex('02 00 37 00 01 03 3D'));
+    expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 1, ms: 655350 })).toEqual(hex('02 10 37 FF FF 03 4A'));
+  });
   it('unsupported requests', () => {
     expect(code(() => kerong48.encodeRequest({ kind: 'unlockAll', board: 0 }))).toBe('UNSUPPORTED');
     expect(code(() => kerongCu16.encodeRequest({ kind: 'readLock', board: 0, lock: 1 }))).toBe('UNSUPPORTED');

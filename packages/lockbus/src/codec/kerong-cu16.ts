@@ -99,8 +99,10 @@ export const kerongCu16: Dialect = {
         return frame(CU16.BUS_ADDR, CU16.SCAN);
       case 'setPulse': {
         checkBoard(req.board);
+        // unit 10 ms, 2 bytes: 10..655350 ms. NaN, negatives and anything that rounds to 0 would
+        // otherwise encode a 0 ms pulse (a lock that never opens).
         const units = Math.round(req.ms / 10);
-        if (units < 0 || units > 0xffff) throw new CodecError('OUT_OF_RANGE', `pulse ${req.ms} ms out of range`);
+        if (!Number.isFinite(req.ms) || units < 1 || units > 0xffff) throw new CodecError('OUT_OF_RANGE', `pulse ${req.ms} ms not in 10..655350`);
         return frame(req.board << 4, CU16.SET_PULSE, [units >> 8, units & 0xff]);
       }
       default:
