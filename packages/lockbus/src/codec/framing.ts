@@ -16,6 +16,8 @@ export interface FrameRules {
 }
 
 export class StreamParser implements FrameParser {
+  /** How many times a framing rule threw (each time the held bytes were dropped). */
+  errors = 0;
   private buf: Buffer = Buffer.alloc(0);
   private expecting: LockRequest | null = null;
   private expectLocks: number | null = null;
@@ -83,8 +85,11 @@ export class StreamParser implements FrameParser {
       }
       flushGarbage(i);
       this.buf = waiting || i < buf.length ? Buffer.from(buf.subarray(i)) : Buffer.alloc(0);
-    } catch {
-      // A rule bug must never escape into the caller's data handler: drop what we hold.
+    } catch (cause) {
+      // A rule bug must never escape into the caller's data handler: drop what we hold, but say
+      // so (a PARSER_ERROR entry and the errors count), so a dialect bug is visible, not silent.
+      this.errors++;
+      out.push({ ok: false, error: 'PARSER_ERROR', bytes: this.buf, cause });
       this.buf = Buffer.alloc(0);
     }
     return out;

@@ -18,7 +18,9 @@ export type LockReply =
 
 export type ParsedFrame =
   | { ok: true; frame: Buffer }
-  | { ok: false; error: 'BAD_CHECKSUM' | 'GARBAGE'; bytes: Buffer };
+  | { ok: false; error: 'BAD_CHECKSUM' | 'GARBAGE'; bytes: Buffer }
+  /** A dialect's framing rule threw (a bug, not line noise): `bytes` held were dropped. */
+  | { ok: false; error: 'PARSER_ERROR'; bytes: Buffer; cause: unknown };
 
 export interface FrameParser {
   /** Feed bytes as they arrive; returns every complete frame (or rejected bytes) found. Never throws. */

@@ -494,6 +494,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
         if (!pf.ok) {
           if (pf.error === 'BAD_CHECKSUM') sawBadChecksum = true;
           else sawGarbage = true;
+          if (pf.error === 'PARSER_ERROR') this.log.error({ err: String(pf.cause), bytes: pf.bytes.length }, 'frame parser failed (dialect bug): bytes dropped');
           this.log.debug({ hex: pf.bytes.toString('hex'), error: pf.error }, 'rx rejected');
           continue;
         }
