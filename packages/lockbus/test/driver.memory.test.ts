@@ -267,6 +267,26 @@ describe('LockBus over memory', () => {
     expect(st.closed).toEqual([true, false, true, true]);
   });
 
+  it('a bus scan holds the bus while the boards answer: the next request is written after the answers', async () => {
+    const { dev, bus } = await setup('kerong-cu16', { polling: false, scanWindowMs: 25, quietMs: 25 }, [{ address: 1, locks: 4 }]);
+    const scanFrame = dialects['kerong-cu16'].encodeRequest({ kind: 'scan' });
+    const answers = [0, 1, 2, 3].map((b) => dialects['kerong-cu16'].encodeReply({ kind: 'status', board: b, locks: Array(16).fill(true), items: null }));
+    dev.on('data', (c) => {
+      if (!c.equals(scanFrame)) return;
+      answers.forEach((a, i) => setTimeout(() => void dev.write(a), 10 + i * 8)); // the last at ~34 ms, after the 25 ms window
+    });
+    const wire: string[] = [];
+    bus.on('frame', (f) => wire.push(`${f.dir}:${f.hex}`));
+    await bus.start();
+    const scan = bus.transact({ kind: 'scan' });
+    const st = bus.readStatus(1);
+    await scan;
+    expect((await st).closed).toEqual([true, true, true, true]);
+    const statusTx = wire.indexOf(`tx:${dialects['kerong-cu16'].encodeRequest({ kind: 'status', board: 1 }).toString('hex')}`);
+    const rxBefore = wire.slice(0, statusTx).filter((w) => w.startsWith('rx:')).map((w) => w.slice(3)).join('');
+    expect(rxBefore).toBe(answers.map((a) => a.toString('hex')).join(''));
+  });
+
   it('one transaction at a time: unlocks jump the queue but never overlap a pending answer', async () => {
     const boards = Array.from({ length: 6 }, (_, i) => ({ address: i, locks: 16 }));
     const { fake, bus } = await setup('kerong-cu16', { pollIntervalMs: 0 }, boards);

@@ -130,6 +130,20 @@ describe.each(['pty', 'tcp'] as const)('LockBus + simulator over %s', (kind) => 
     expect(st.closed[3]).toBe(false);
   });
 
+  it('a bus scan holds the bus until every board has answered', async () => {
+    const { bus } = await setup(kind, { polling: false, scanWindowMs: 20, quietMs: 20 }, 'kerong-cu16', [0, 1, 2, 3]);
+    const wire: string[] = [];
+    bus.on('frame', (f) => wire.push(`${f.dir}:${f.hex}`));
+    const scan = bus.transact({ kind: 'scan' });
+    const st = bus.readStatus(3);
+    await scan;
+    await st;
+    const statusTx = wire.indexOf(`tx:${bus.dialect.encodeRequest({ kind: 'status', board: 3 }).toString('hex')}`);
+    const rxBefore = wire.slice(0, statusTx).filter((w) => w.startsWith('rx:')).map((w) => w.slice(3)).join('');
+    expect(rxBefore, wire.join(' ')).toBe(rxBefore.slice(0, 4 * 18)); // no more than the four answers
+    expect(rxBefore.length / 2).toBe(4 * 9); // the four boards' answers, all before the next request
+  });
+
   it('fault garbageBeforeReply: replies still understood, no board goes offline', async () => {
     const { sb, bus, events } = await setup(kind);
     sb.faults.set({ garbageBeforeReply: true });

@@ -55,6 +55,13 @@ export interface LockBusOptions {
   quietMs?: number;
   /** Upper bound on waiting for the line to go quiet. Default 500 ms. */
   maxDrainMs?: number;
+  /**
+   * A bus scan (CU16 0x32 to the whole bus) is answered by every board, in a layout the driver
+   * does not decode: the bus stays held for at least this long after the request, and then until
+   * quietMs of silence (bounded by maxDrainMs), so no request is written while answers arrive.
+   * Default replyTimeoutMs.
+   */
+  scanWindowMs?: number;
   /** Inter-frame gap. Default 3.5 character times + 1 ms. */
   gapMs?: number;
   /** A write not drained within this long fails WRITE_FAILED (never re-sent). Default 1000 ms. */
@@ -154,6 +161,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private readonly t: {
     pollIntervalMs: number;
     replyTimeoutMs: number;
+    scanWindowMs: number;
     quietMs: number;
     maxDrainMs: number;
     gapMs: number;
@@ -203,6 +211,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     this.t = {
       pollIntervalMs: opts.pollIntervalMs ?? 500,
       replyTimeoutMs: opts.replyTimeoutMs ?? 150,
+      scanWindowMs: opts.scanWindowMs ?? opts.replyTimeoutMs ?? 150,
       quietMs: opts.quietMs ?? 25,
       maxDrainMs: opts.maxDrainMs ?? 500,
       gapMs: opts.gapMs ?? 3.5 * charMs + 1,
@@ -439,6 +448,8 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       this.log.error({ err: (err as Error).message }, 'onWritten handler failed');
     }
     if (!pending) {
+      // one transaction at a time: answers the driver does not wait for still occupy the bus
+      if (job.req.kind === 'scan') await this.holdForScanAnswers(drainedAt);
       job.resolve({ drainedAt, reply: null, echoed: false });
       return;
     }
@@ -572,6 +583,24 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       const quietFor = performance.now() - Math.max(from, this.lastRxAt);
       if (quietFor >= this.t.quietMs) break;
       await sleep(Math.max(1, Math.ceil(this.t.quietMs - quietFor)));
+    }
+    this.parser.reset();
+  }
+
+  /**
+   * After a bus scan: every board answers, none of it decoded. Hold the bus for scanWindowMs
+   * from the request, then until quietMs without a received byte; never longer than
+   * scanWindowMs + maxDrainMs (a babbling line). Whatever came is dropped with the parser.
+   */
+  private async holdForScanAnswers(drainedAt: number): Promise<void> {
+    const until = drainedAt + this.t.scanWindowMs;
+    const limit = until + this.t.maxDrainMs;
+    for (;;) {
+      const now = performance.now();
+      if (!this.running || now >= limit) break;
+      const quietFor = now - Math.max(drainedAt, this.lastRxAt);
+      if (now >= until && quietFor >= this.t.quietMs) break;
+      await sleep(Math.max(1, Math.ceil(Math.max(until - now, this.t.quietMs - quietFor))));
     }
     this.parser.reset();
   }
