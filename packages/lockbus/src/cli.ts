@@ -1,7 +1,7 @@
 // Wiring check for a lock bus (commissioning): which boards answer, their locks and items, and
 // signs of two boards set to the same address (garbled answers). Also a one-off unlock.
 //
-//   npx tsx packages/lockbus/src/cli.ts scan   --port /dev/ttyUSB0 --dialect kerong-cu16 [--baud 19200] [--boards 0-15] [--polarity closed-high] [--json]
+//   npx tsx packages/lockbus/src/cli.ts scan   --port /dev/ttyUSB0 --dialect kerong-cu16 [--baud 19200] [--boards 0-14] [--polarity closed-high] [--json]
 //   npx tsx packages/lockbus/src/cli.ts unlock --port /dev/ttyUSB0 --dialect kerong-cu16 --board 0 --lock 3 [--watch 5000]
 //
 // Exit codes: 0 ok, 1 usage or port error, 2 scan found no board / unlock not confirmed.
@@ -33,7 +33,7 @@ export interface ScanReport {
 }
 
 const USAGE = `usage:
-  locker-lockbus scan   --port <tty|tcp://host:port> --dialect <${Object.keys(dialects).join('|')}> [--baud N] [--boards 0-15|1,2,5] [--polarity closed-high|closed-low] [--locks N] [--timeout ms] [--json]
+  locker-lockbus scan   --port <tty|tcp://host:port> --dialect <${Object.keys(dialects).join('|')}> [--baud N] [--boards 0-14|1,2,5] [--polarity closed-high|closed-low] [--locks N] [--timeout ms] [--json]
   locker-lockbus unlock --port <...> --dialect <...> --board N --lock N [--baud N] [--polarity ...] [--watch ms]`;
 
 export function parseBoards(spec: string, d: Dialect): number[] {

@@ -316,6 +316,14 @@ describe('LockBus over memory', () => {
     expect(names(events).filter((n) => n === 'portOpened').length).toBe(2);
   });
 
+  it('a board outside the dialect range (CU16 15: address F0 is the whole bus) is BAD_CONFIG at construction', () => {
+    const [host] = MemoryTransport.pair();
+    expect(() => new LockBus({ name: 'x', transport: host, dialect: 'kerong-cu16', boards: [{ address: 15 }], ...fast })).toThrow(
+      expect.objectContaining({ code: 'BAD_CONFIG' }),
+    );
+    expect(() => new LockBus({ name: 'x', transport: host, dialect: 'generic-8a80', boards: [{ address: 0 }], ...fast })).toThrow(expect.objectContaining({ code: 'BAD_CONFIG' }));
+  });
+
   it('start() with failIfPortMissing rejects PORT_OPEN_FAILED; without, it keeps retrying', async () => {
     const [host] = MemoryTransport.pair();
     host.available = false;

@@ -36,8 +36,14 @@ function frame(addr: number, cmd: number, data: number[] = []): Buffer {
   return b;
 }
 
+// Board 15 is refused: its lock-index-0 address (board 15, lock 1 or any board-wide command) is
+// 0xF0, the whole-bus address (spec section 1), so "unlock board 15 lock 1" (02 F0 31 03 26)
+// could reach every board. The vendor documents 10 boards a bus: 0..14 is plenty.
+const MAX_BOARD = 14;
 function checkBoard(board: number): void {
-  if (!Number.isInteger(board) || board < 0 || board > 15) throw new CodecError('OUT_OF_RANGE', `CU16 board ${board} not in 0..15`);
+  if (!Number.isInteger(board) || board < 0 || board > MAX_BOARD) {
+    throw new CodecError('OUT_OF_RANGE', `CU16 board ${board} not in 0..${MAX_BOARD} (board 15 would use F0, the whole-bus address)`);
+  }
 }
 function checkLock(lock: number): void {
   if (!Number.isInteger(lock) || lock < 1 || lock > 16) throw new CodecError('OUT_OF_RANGE', `CU16 lock ${lock} not in 1..16`);
@@ -71,7 +77,7 @@ export const kerongCu16: Dialect = {
   name: 'kerong-cu16',
   defaultBaudRate: 19200,
   locksPerBoard: 16,
-  boardRange: [0, 15],
+  boardRange: [0, MAX_BOARD],
   maxLocks: 16,
   supports: (kind) => kind !== 'readLock',
   // 0x31 / 0x33 are answered by nothing (confirm by polling); the 0x32 scan answer is unverified

@@ -221,6 +221,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       reconnectFactor: opts.reconnect?.factor ?? 2,
     };
     this.backoffMs = this.t.reconnectInitialMs;
+    const [lo, hi] = d.boardRange;
+    for (const b of opts.boards) {
+      if (!Number.isInteger(b.address) || b.address < lo || b.address > hi) throw new LockBusError('BAD_CONFIG', `bus ${opts.name}: board ${b.address} not in ${lo}..${hi} for ${d.name}`);
+    }
     this.boardSpecs = opts.boards.map((b) => ({ address: b.address, locks: b.locks ?? d.locksPerBoard }));
     for (const b of this.boardSpecs) this.states.set(b.address, initialBoard(b.address, b.locks));
     this.parser = d.createParser('replies');
