@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   CodecError,
   dialects,
+  encodeScannerTrigger,
   generic8a80,
   kerong48,
   kerongCu16,
@@ -10,6 +11,8 @@ import {
   type Dialect,
   type LockReply,
   type LockRequest,
+  type ScannerFamily,
+  type TriggerAction,
 } from '../src/index';
 
 const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
@@ -82,9 +85,26 @@ describe('golden reply vectors', () => {
   }
 });
 
+describe('golden scanner trigger vectors (spec section 5)', () => {
+  const triggers: { name: string; family: ScannerFamily; action: TriggerAction; bytes: string }[] = [
+    { name: 'Honeywell start', family: 'honeywell', action: 'start', bytes: '16 54 0D' },
+    { name: 'Honeywell stop', family: 'honeywell', action: 'stop', bytes: '16 55 0D' },
+    { name: 'Datalogic start (T)', family: 'datalogic', action: 'start', bytes: '54' },
+    { name: 'Datalogic stop (X)', family: 'datalogic', action: 'stop', bytes: '58' },
+  ];
+  for (const v of triggers) {
+    it(v.name, () => {
+      expect(encodeScannerTrigger(v.family, v.action)).toEqual(hex(v.bytes));
+    });
+  }
+  it('an unknown family is UNSUPPORTED', () => {
+    expect(() => encodeScannerTrigger('zebra' as ScannerFamily, 'start')).toThrow(expect.objectContaining({ name: 'CodecError', code: 'UNSUPPORTED' }));
+  });
+});
+
 describe('round trips', () => {
-  it('every CU16 unlock address (16 boards x 16 locks) round trips and sums correctly', () => {
-    for (let board = 0; board < 16; board++) {
+  it('every CU16 unlock address (15 boards x 16 locks) round trips and sums correctly', () => {
+    for (let board = 0; board < 15; board++) {
       for (let lock = 1; lock <= 16; lock++) {
         const f = kerongCu16.encodeRequest({ kind: 'unlock', board, lock });
         expect(f[1]).toBe((board << 4) | (lock - 1));
@@ -177,6 +197,18 @@ describe('errors carry codes', () => {
     expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms: 10 })).toEqual(hex('02 00 37 00 01 03 3D'));
     expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms: 5 })).toEqual(hex('02 00 37 00 01 03 3D'));
     expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 1, ms: 655350 })).toEqual(hex('02 10 37 FF FF 03 4A'));
+  });
+  it('CU16 board 15 is refused: its lock-1 / board-wide address would be F0, the whole bus', () => {
+    expect(kerongCu16.boardRange).toEqual([0, 14]);
+    for (const req of [
+      { kind: 'unlock', board: 15, lock: 1 }, // would be 02 F0 31 03 26
+      { kind: 'unlock', board: 15, lock: 2 },
+      { kind: 'status', board: 15 },
+      { kind: 'unlockAll', board: 15 },
+      { kind: 'setPulse', board: 15, ms: 500 },
+    ] as LockRequest[]) {
+      expect(code(() => kerongCu16.encodeRequest(req)), JSON.stringify(req)).toBe('OUT_OF_RANGE');
+    }
   });
   it('unsupported requests', () => {
     expect(code(() => kerong48.encodeRequest({ kind: 'unlockAll', board: 0 }))).toBe('UNSUPPORTED');

@@ -117,6 +117,23 @@ describe('ScannerReader (unit)', () => {
     expect(vals(l1.got)).toEqual(['qr:ZoÃ«-4711']);
   });
 
+  it('trigger() writes the configured family\'s start / stop bytes; refuses without a family or a port', async () => {
+    const [host, dev] = MemoryTransport.pair();
+    await dev.open();
+    const seen: string[] = [];
+    dev.on('data', (c) => seen.push(c.toString('hex')));
+    const { r } = reader({ transport: host, triggerFamily: 'honeywell' });
+    await expect(r.trigger('start')).rejects.toMatchObject({ code: 'PORT_NOT_OPEN' });
+    await r.start();
+    await r.trigger('start');
+    await r.trigger('stop');
+    expect(seen).toEqual(['16540d', '16550d']);
+    const dl = reader({ transport: MemoryTransport.pair()[0], triggerFamily: 'datalogic' });
+    await dl.r.start();
+    await dl.r.trigger('stop');
+    await expect(reader().r.trigger('start')).rejects.toMatchObject({ code: 'UNSUPPORTED' });
+  });
+
   it('control bytes are stripped, over-long reads dropped', async () => {
     const { r, got } = reader({ maxLength: 8 });
     await r.start();

@@ -8,6 +8,8 @@
 // (a keypad wired to the same serial device). Codes are never logged, only their length.
 import { EventEmitter } from 'node:events';
 import pino, { type Logger } from 'pino';
+import { encodeScannerTrigger, type ScannerFamily, type TriggerAction } from '../codec/scanner-trigger';
+import { LockBusError } from '../errors';
 import { createTransport } from '../transport/factory';
 import type { Transport } from '../transport/types';
 
@@ -53,6 +55,8 @@ export interface ScannerReaderOptions {
    * a single-byte code page). 'utf8' (invalid sequences become U+FFFD) / 'latin1': forced.
    */
   encoding?: 'auto' | 'utf8' | 'latin1';
+  /** Scanner family for software trigger commands (trigger()). Unset: trigger() is UNSUPPORTED. */
+  triggerFamily?: ScannerFamily;
   /** Longest accepted read; longer input is dropped as noise. Default 1024 bytes. */
   maxLength?: number;
   /** Reopen a lost port with back-off. Defaults 250 ms doubling to 10 s. */
@@ -145,6 +149,18 @@ export class ScannerReader extends EventEmitter<ScannerReaderEvents> {
       this.transport.off('error', this.h.error);
       await this.transport.close().catch(() => undefined);
     }
+  }
+
+  /**
+   * Sends the software trigger (start / stop reading) of the configured scanner family (spec
+   * section 5). UNSUPPORTED without triggerFamily, PORT_NOT_OPEN without an open port.
+   */
+  async trigger(action: TriggerAction): Promise<void> {
+    const family = this.opts.triggerFamily;
+    if (!family) throw new LockBusError('UNSUPPORTED', `scanner ${this.name}: no triggerFamily configured`);
+    const bytes = encodeScannerTrigger(family, action);
+    if (!this.transport || !this.transport.isOpen) throw new LockBusError('PORT_NOT_OPEN', `scanner ${this.name}: port not open`);
+    await this.transport.write(bytes);
   }
 
   /** A PIN typed on a keypad that is not on the scanner line (or a touch screen). */
