@@ -210,6 +210,31 @@ describe('errors carry codes', () => {
       expect(code(() => kerongCu16.encodeRequest(req)), JSON.stringify(req)).toBe('OUT_OF_RANGE');
     }
   });
+  it('request decoders are strict: a well-framed request the encoder could not produce is OUT_OF_RANGE', () => {
+    const cu = (h: string) => {
+      const b = hex(h + ' 00');
+      b[b.length - 1] = [...b.subarray(0, b.length - 1)].reduce((s, x) => (s + x) & 0xff, 0);
+      return b;
+    };
+    expect(cu('02 05 30 03')).toEqual(hex('02 05 30 03 3A'));
+    for (const bad of ['02 05 30 03', '02 01 33 03', '02 03 37 00 37 03', '02 F0 30 03', '02 F0 31 03', '02 F1 31 03', '02 00 32 03', '02 00 37 00 00 03']) {
+      expect(code(() => kerongCu16.decodeRequest(cu(bad))), bad).toBe('OUT_OF_RANGE');
+    }
+    expect(kerongCu16.decodeRequest(cu('02 E5 31 03'))).toEqual({ kind: 'unlock', board: 14, lock: 6 });
+    expect(kerongCu16.decodeRequest(hex('02 F0 32 03 27'))).toEqual({ kind: 'scan' });
+    const k48 = (board: number, lock: number, cmd: number) => {
+      const b = Buffer.from([0x02, board, lock, cmd, 0x03, 0]);
+      b[5] = (0x02 + board + lock + cmd + 0x03) & 0xff;
+      return b;
+    };
+    expect(code(() => kerong48.decodeRequest(k48(0, 1, 0x60)))).toBe('OUT_OF_RANGE'); // status read with LOCK 01
+    expect(code(() => kerong48.decodeRequest(k48(0, 200, 0x61)))).toBe('OUT_OF_RANGE'); // unlock lock 201
+    expect(code(() => kerong48.decodeRequest(k48(0, 48, 0x61)))).toBe('OUT_OF_RANGE'); // lock 49
+    expect(kerong48.decodeRequest(k48(0, 47, 0x61))).toEqual({ kind: 'unlock', board: 0, lock: 48 });
+    const g = (bytes: number[]) => Buffer.from([...bytes, bytes.reduce((s, x) => s ^ x, 0)]);
+    expect(code(() => generic8a80.decodeRequest(g([0x8a, 0x00, 0x01, 0x11])))).toBe('OUT_OF_RANGE'); // board 0
+    expect(code(() => generic8a80.decodeRequest(g([0x8a, 0x01, 0x41, 0x11])))).toBe('OUT_OF_RANGE'); // channel 65
+  });
   it('unsupported requests', () => {
     expect(code(() => kerong48.encodeRequest({ kind: 'unlockAll', board: 0 }))).toBe('UNSUPPORTED');
     expect(code(() => kerongCu16.encodeRequest({ kind: 'readLock', board: 0, lock: 1 }))).toBe('UNSUPPORTED');

@@ -126,6 +126,9 @@ export const generic8a80: Dialect = {
     checkXor(f);
     if (f.length !== 5) throw new CodecError('BAD_FRAME', `8A/80 request must be 5 bytes: ${f.toString('hex')}`);
     const [head, board, ch, mark] = f;
+    // strict, mirroring the encoder: board 1..31, channel 0 (all) or 1..64
+    if (board < 1 || board > 31) throw new CodecError('OUT_OF_RANGE', `8A/80 request to board ${board}: ${f.toString('hex')}`);
+    if (ch > 64) throw new CodecError('OUT_OF_RANGE', `8A/80 request for channel ${ch}: ${f.toString('hex')}`);
     if (head === G8A80.UNLOCK && mark === G8A80.UNLOCK_MARK) return ch === 0 ? { kind: 'unlockAll', board } : { kind: 'unlock', board, lock: ch };
     if (head === G8A80.READ && mark === G8A80.READ_MARK) return ch === 0 ? { kind: 'status', board } : { kind: 'readLock', board, lock: ch };
     throw new CodecError('BAD_FRAME', `unknown 8A/80 request: ${f.toString('hex')}`);

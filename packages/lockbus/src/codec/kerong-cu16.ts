@@ -116,21 +116,34 @@ export const kerongCu16: Dialect = {
     }
   },
 
+  // Strict, mirroring the encoder: F0 only with a scan (and a scan only to F0), board-wide
+  // commands with lock index 0 (02 05 30 is not "status of board 0"), no board 15, no 0 ms pulse.
+  // A well-framed request with a field out of range is OUT_OF_RANGE.
   decodeRequest(f: Buffer): LockRequest {
     checked(f, REQUEST_LENGTHS);
     const addr = f[1];
     const board = addr >> 4;
+    const lockIndex = addr & 0x0f;
+    const refuse = (why: string) => new CodecError('OUT_OF_RANGE', `CU16 request ${f.toString('hex')}: ${why}`);
+    if (f[2] === CU16.SCAN) {
+      if (addr !== CU16.BUS_ADDR) throw refuse('a bus scan goes to F0');
+      return { kind: 'scan' };
+    }
+    if (board > MAX_BOARD) throw refuse(`board ${board} (F0..FF is the whole-bus address)`);
+    if (f[2] !== CU16.UNLOCK && lockIndex !== 0) throw refuse(`board-wide command with lock index ${lockIndex}`);
     switch (f[2]) {
       case CU16.READ_STATUS:
         return { kind: 'status', board };
       case CU16.UNLOCK:
-        return { kind: 'unlock', board, lock: (addr & 0x0f) + 1 };
+        return { kind: 'unlock', board, lock: lockIndex + 1 };
       case CU16.UNLOCK_ALL:
         return { kind: 'unlockAll', board };
-      case CU16.SCAN:
-        return { kind: 'scan' };
-      default: // SET_PULSE
-        return { kind: 'setPulse', board, ms: ((f[3] << 8) | f[4]) * 10 };
+      default: {
+        // SET_PULSE
+        const units = (f[3] << 8) | f[4];
+        if (units === 0) throw refuse('a 0 ms pulse');
+        return { kind: 'setPulse', board, ms: units * 10 };
+      }
     }
   },
 
