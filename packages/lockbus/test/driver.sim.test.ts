@@ -120,9 +120,10 @@ describe.each(['pty', 'tcp'] as const)('LockBus + simulator over %s', (kind) => 
   });
 
   it('fault lateReply: an answer after the timeout is never taken for the next request to the same board', async () => {
-    // answers come ~50 ms after the 150 ms timeout, inside the 100 ms of silence awaited after it
-    const { sb, bus } = await setup(kind, { polling: false, quietMs: 100 });
-    sb.faults.set({ lateReplyMs: 200 });
+    // answers come ~45 ms after the 100 ms timeout, inside the 95 ms of silence awaited after it
+    // (counted from our own request, as before the fix, the drain would end at the timeout)
+    const { sb, bus } = await setup(kind, { polling: false, replyTimeoutMs: 100, quietMs: 95, maxDrainMs: 400 });
+    sb.faults.set({ lateReplyMs: 140 });
     await expect(bus.readStatus(0)).rejects.toMatchObject({ code: 'NO_REPLY' }); // late answer: all closed
     sb.faults.clear();
     sb.lock(0, 4).openDoor();
@@ -131,7 +132,7 @@ describe.each(['pty', 'tcp'] as const)('LockBus + simulator over %s', (kind) => 
   });
 
   it('a bus scan holds the bus until every board has answered', async () => {
-    const { bus } = await setup(kind, { polling: false, scanWindowMs: 20, quietMs: 20 }, 'kerong-cu16', [0, 1, 2, 3]);
+    const { bus } = await setup(kind, { polling: false, scanWindowMs: 150, quietMs: 60 }, 'kerong-cu16', [0, 1, 2, 3]);
     const wire: string[] = [];
     bus.on('frame', (f) => wire.push(`${f.dir}:${f.hex}`));
     const scan = bus.transact({ kind: 'scan' });
