@@ -118,7 +118,8 @@ describe('CLI flags and config files', () => {
 
   it('validates addresses, lock counts and names against the dialect', () => {
     const bus = (over: object) => ({ buses: [{ name: 'b', dialect: 'kerong-cu16' as const, link: { kind: 'pty' as const }, boards: [{ address: 0 }], ...over }] });
-    expect(() => validateOptions(bus({ boards: [{ address: 16 }] }))).toThrow(/not in 0..15/);
+    expect(() => validateOptions(bus({ boards: [{ address: 16 }] }))).toThrow(/not in 0..14/);
+    expect(() => validateOptions(bus({ boards: [{ address: 15 }] }))).toThrow(/not in 0..14/); // F0 is the whole-bus address
     expect(() => validateOptions(bus({ boards: [{ address: 0, locks: 17 }] }))).toThrow(/not in 1..16/);
     expect(() => validateOptions(bus({ boards: [{ address: 1 }, { address: 1 }] }))).toThrow(/duplicate board address/);
     expect(() => validateOptions(bus({ name: 'a b' }))).toThrow(/bus name/);

@@ -1,7 +1,7 @@
 // Wiring check for a lock bus (commissioning): which boards answer, their locks and items, and
 // signs of two boards set to the same address (garbled answers). Also a one-off unlock.
 //
-//   npx tsx packages/lockbus/src/cli.ts scan   --port /dev/ttyUSB0 --dialect kerong-cu16 [--baud 19200] [--boards 0-15] [--polarity closed-high] [--json]
+//   npx tsx packages/lockbus/src/cli.ts scan   --port /dev/ttyUSB0 --dialect kerong-cu16 [--baud 19200] [--boards 0-14] [--polarity closed-high] [--json]
 //   npx tsx packages/lockbus/src/cli.ts unlock --port /dev/ttyUSB0 --dialect kerong-cu16 --board 0 --lock 3 [--watch 5000]
 //
 // Exit codes: 0 ok, 1 usage or port error, 2 scan found no board / unlock not confirmed.
@@ -11,6 +11,7 @@ import pino from 'pino';
 import { dialects, isDialectName, type Dialect } from './codec/index';
 import { LockBus, type Polarity } from './driver/lock-bus';
 import { LockBusError } from './errors';
+import { resolveBaudRate } from './transport/factory';
 
 export interface BoardScan {
   address: number;
@@ -32,7 +33,7 @@ export interface ScanReport {
 }
 
 const USAGE = `usage:
-  locker-lockbus scan   --port <tty|tcp://host:port> --dialect <${Object.keys(dialects).join('|')}> [--baud N] [--boards 0-15|1,2,5] [--polarity closed-high|closed-low] [--locks N] [--timeout ms] [--json]
+  locker-lockbus scan   --port <tty|tcp://host:port> --dialect <${Object.keys(dialects).join('|')}> [--baud N] [--boards 0-14|1,2,5] [--polarity closed-high|closed-low] [--locks N] [--timeout ms] [--json]
   locker-lockbus unlock --port <...> --dialect <...> --board N --lock N [--baud N] [--polarity ...] [--watch ms]`;
 
 export function parseBoards(spec: string, d: Dialect): number[] {
@@ -149,7 +150,14 @@ export async function main(argv: string[], out: (s: string) => void = (s) => con
     out('--polarity must be closed-high or closed-low');
     return 1;
   }
-  const baudRate = values.baud ? Number(values.baud) : d.defaultBaudRate;
+  // --baud, else ?baud= in --port, else the dialect default: resolved once, by the driver's rule
+  let baudRate: number;
+  try {
+    baudRate = resolveBaudRate(port, values.baud ? Number(values.baud) : undefined, d.defaultBaudRate);
+  } catch (err) {
+    out((err as Error).message);
+    return 1;
+  }
   // locks fitted per board (the wire carries more bits than a small board has: 8A/80 sends 24+)
   const locks = values.locks ? Number(values.locks) : d.locksPerBoard;
   if (!Number.isInteger(locks) || locks < 1 || locks > d.maxLocks) {

@@ -55,6 +55,16 @@ describe('locker-lockbus CLI', () => {
     expect(report.boards[1].items).toBeNull();
   });
 
+  it('the baud rate of ?baud= in --port is the one reported and used; a contradicting --baud is refused', async () => {
+    const cu = sim.bus('cu');
+    const { code, text } = await run(['scan', '--port', `${cu.path!}?baud=9600`, '--dialect', 'kerong-cu16', '--boards', '0', '--json', '--timeout', '100']);
+    expect(code).toBe(0);
+    expect(JSON.parse(text).baudRate).toBe(9600);
+    const bad = await run(['scan', '--port', `${cu.path!}?baud=9600`, '--baud', '19200', '--dialect', 'kerong-cu16', '--boards', '0']);
+    expect(bad.code).toBe(1);
+    expect(bad.text).toContain('says 9600 baud but 19200 is configured');
+  });
+
   it('garbled answers are flagged as a possible duplicate address', async () => {
     const cu = sim.bus('cu');
     cu.faults.set({ badChecksum: true });

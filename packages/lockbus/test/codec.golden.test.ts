@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   CodecError,
   dialects,
+  encodeScannerTrigger,
   generic8a80,
   kerong48,
   kerongCu16,
@@ -10,6 +11,8 @@ import {
   type Dialect,
   type LockReply,
   type LockRequest,
+  type ScannerFamily,
+  type TriggerAction,
 } from '../src/index';
 
 const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
@@ -82,9 +85,26 @@ describe('golden reply vectors', () => {
   }
 });
 
+describe('golden scanner trigger vectors (spec section 5)', () => {
+  const triggers: { name: string; family: ScannerFamily; action: TriggerAction; bytes: string }[] = [
+    { name: 'Honeywell start', family: 'honeywell', action: 'start', bytes: '16 54 0D' },
+    { name: 'Honeywell stop', family: 'honeywell', action: 'stop', bytes: '16 55 0D' },
+    { name: 'Datalogic start (T)', family: 'datalogic', action: 'start', bytes: '54' },
+    { name: 'Datalogic stop (X)', family: 'datalogic', action: 'stop', bytes: '58' },
+  ];
+  for (const v of triggers) {
+    it(v.name, () => {
+      expect(encodeScannerTrigger(v.family, v.action)).toEqual(hex(v.bytes));
+    });
+  }
+  it('an unknown family is UNSUPPORTED', () => {
+    expect(() => encodeScannerTrigger('zebra' as ScannerFamily, 'start')).toThrow(expect.objectContaining({ name: 'CodecError', code: 'UNSUPPORTED' }));
+  });
+});
+
 describe('round trips', () => {
-  it('every CU16 unlock address (16 boards x 16 locks) round trips and sums correctly', () => {
-    for (let board = 0; board < 16; board++) {
+  it('every CU16 unlock address (15 boards x 16 locks) round trips and sums correctly', () => {
+    for (let board = 0; board < 15; board++) {
       for (let lock = 1; lock <= 16; lock++) {
         const f = kerongCu16.encodeRequest({ kind: 'unlock', board, lock });
         expect(f[1]).toBe((board << 4) | (lock - 1));
@@ -110,6 +130,30 @@ describe('round trips', () => {
     expect(f[8]).toBe(0x01); // channels 1..8 last
     const back = generic8a80.decodeReply(f);
     expect(back.kind === 'status' && back.locks.slice(0, 50)).toEqual(locks);
+  });
+  it('8A/80 read all of a 32-channel board whose status bytes look like a 3-group answer is framed by the channel count', () => {
+    // locks 1,2,5,6 closed: S1 = 33 (the mark); locks 25,32: S4 = 81; the first 7 bytes also XOR right
+    const bytes = hex('80 01 81 00 00 33 33 00');
+    const p = generic8a80.createParser('replies');
+    p.expect({ kind: 'status', board: 1 }, { locks: 32 });
+    expect(p.push(bytes.subarray(0, 7))).toEqual([]); // a 7-byte prefix is not the answer
+    expect(p.push(bytes.subarray(7))).toEqual([{ ok: true, frame: bytes }]);
+    const rep = generic8a80.decodeReply(bytes);
+    expect(rep).toEqual({ kind: 'status', board: 1, locks: bits(32, [1, 2, 5, 6, 25, 32]), items: null });
+    expect(generic8a80.encodeReply(rep)).toEqual(bytes);
+  });
+  it('8A/80 read all of 25..50 channels round trips through the parser in one chunk and split at every byte', () => {
+    for (let n = 25; n <= 50; n++) {
+      const locks = bits(n, [1, 2, 5, 6, 25, n]);
+      const f = generic8a80.encodeReply({ kind: 'status', board: 1, locks, items: null });
+      expect(f.length).toBe(4 + Math.ceil(n / 8));
+      for (let cut = 0; cut <= f.length; cut++) {
+        const p = generic8a80.createParser('replies');
+        p.expect({ kind: 'status', board: 1 }, { locks: n });
+        const out = [...p.push(f.subarray(0, cut)), ...p.push(f.subarray(cut))];
+        expect(out, `n=${n} cut=${cut}`).toEqual([{ ok: true, frame: f }]);
+      }
+    }
   });
   it('8A/80 read one channel and its answer', () => {
     const req: LockRequest = { kind: 'readLock', board: 4, lock: 7 };
@@ -143,6 +187,53 @@ describe('errors carry codes', () => {
     expect(code(() => kerongCu16.encodeRequest({ kind: 'unlock', board: 0, lock: 17 }))).toBe('OUT_OF_RANGE');
     expect(code(() => generic8a80.encodeRequest({ kind: 'unlock', board: 0, lock: 1 }))).toBe('OUT_OF_RANGE');
     expect(code(() => kerong48.encodeRequest({ kind: 'unlock', board: 0, lock: 49 }))).toBe('OUT_OF_RANGE');
+  });
+  it('CU16 set pulse: NaN, infinite, negative and sub-10 ms pulses are refused, never encoded as 0 ms', () => {
+    for (const ms of [NaN, Infinity, -Infinity, -4, -10, 0, 4, 655360]) {
+      expect(code(() => kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms })), `ms=${ms}`).toBe('OUT_OF_RANGE');
+    }
+  });
+  it('CU16 set pulse edges: 10 ms, 5 ms rounds to one unit, 655350 ms', () => {
+    expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms: 10 })).toEqual(hex('02 00 37 00 01 03 3D'));
+    expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 0, ms: 5 })).toEqual(hex('02 00 37 00 01 03 3D'));
+    expect(kerongCu16.encodeRequest({ kind: 'setPulse', board: 1, ms: 655350 })).toEqual(hex('02 10 37 FF FF 03 4A'));
+  });
+  it('CU16 board 15 is refused: its lock-1 / board-wide address would be F0, the whole bus', () => {
+    expect(kerongCu16.boardRange).toEqual([0, 14]);
+    for (const req of [
+      { kind: 'unlock', board: 15, lock: 1 }, // would be 02 F0 31 03 26
+      { kind: 'unlock', board: 15, lock: 2 },
+      { kind: 'status', board: 15 },
+      { kind: 'unlockAll', board: 15 },
+      { kind: 'setPulse', board: 15, ms: 500 },
+    ] as LockRequest[]) {
+      expect(code(() => kerongCu16.encodeRequest(req)), JSON.stringify(req)).toBe('OUT_OF_RANGE');
+    }
+  });
+  it('request decoders are strict: a well-framed request the encoder could not produce is OUT_OF_RANGE', () => {
+    const cu = (h: string) => {
+      const b = hex(h + ' 00');
+      b[b.length - 1] = [...b.subarray(0, b.length - 1)].reduce((s, x) => (s + x) & 0xff, 0);
+      return b;
+    };
+    expect(cu('02 05 30 03')).toEqual(hex('02 05 30 03 3A'));
+    for (const bad of ['02 05 30 03', '02 01 33 03', '02 03 37 00 37 03', '02 F0 30 03', '02 F0 31 03', '02 F1 31 03', '02 00 32 03', '02 00 37 00 00 03']) {
+      expect(code(() => kerongCu16.decodeRequest(cu(bad))), bad).toBe('OUT_OF_RANGE');
+    }
+    expect(kerongCu16.decodeRequest(cu('02 E5 31 03'))).toEqual({ kind: 'unlock', board: 14, lock: 6 });
+    expect(kerongCu16.decodeRequest(hex('02 F0 32 03 27'))).toEqual({ kind: 'scan' });
+    const k48 = (board: number, lock: number, cmd: number) => {
+      const b = Buffer.from([0x02, board, lock, cmd, 0x03, 0]);
+      b[5] = (0x02 + board + lock + cmd + 0x03) & 0xff;
+      return b;
+    };
+    expect(code(() => kerong48.decodeRequest(k48(0, 1, 0x60)))).toBe('OUT_OF_RANGE'); // status read with LOCK 01
+    expect(code(() => kerong48.decodeRequest(k48(0, 200, 0x61)))).toBe('OUT_OF_RANGE'); // unlock lock 201
+    expect(code(() => kerong48.decodeRequest(k48(0, 48, 0x61)))).toBe('OUT_OF_RANGE'); // lock 49
+    expect(kerong48.decodeRequest(k48(0, 47, 0x61))).toEqual({ kind: 'unlock', board: 0, lock: 48 });
+    const g = (bytes: number[]) => Buffer.from([...bytes, bytes.reduce((s, x) => s ^ x, 0)]);
+    expect(code(() => generic8a80.decodeRequest(g([0x8a, 0x00, 0x01, 0x11])))).toBe('OUT_OF_RANGE'); // board 0
+    expect(code(() => generic8a80.decodeRequest(g([0x8a, 0x01, 0x41, 0x11])))).toBe('OUT_OF_RANGE'); // channel 65
   });
   it('unsupported requests', () => {
     expect(code(() => kerong48.encodeRequest({ kind: 'unlockAll', board: 0 }))).toBe('UNSUPPORTED');

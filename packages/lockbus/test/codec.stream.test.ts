@@ -1,7 +1,7 @@
 // Stream reassembly: frames split at every offset, several frames in one chunk, leading garbage,
 // a bad checksum followed by a good frame, false starts, echoes.
 import { describe, expect, it } from 'vitest';
-import { dialects, generic8a80, kerongCu16, type Dialect, type ParsedFrame } from '../src/index';
+import { StreamParser, dialects, generic8a80, kerongCu16, type Dialect, type ParsedFrame } from '../src/index';
 
 const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 const frames = (out: ParsedFrame[]) => out.filter((p) => p.ok).map((p) => (p as { frame: Buffer }).frame.toString('hex'));
@@ -104,5 +104,32 @@ describe('false starts', () => {
     const p = generic8a80.createParser('replies');
     p.expect({ kind: 'readLock', board: 2, lock: 3 });
     expect(frames(p.push(rep))).toEqual([rep.toString('hex')]);
+  });
+});
+
+describe('a framing rule that throws (a dialect bug) is visible, not silent', () => {
+  it('push reports PARSER_ERROR with the dropped bytes, counts it, never throws, and carries on', () => {
+    let boom = true;
+    const p = new StreamParser({
+      isStart: (b) => b === 0x02,
+      attempt: (buf, at) => {
+        if (boom) throw new TypeError('rule bug');
+        return buf.length - at >= 2 ? { kind: 'frame', length: 2 } : { kind: 'need' };
+      },
+    });
+    const out = p.push(hex('02 AA'));
+    expect(out).toEqual([{ ok: false, error: 'PARSER_ERROR', bytes: hex('02 AA'), cause: new TypeError('rule bug') }]);
+    expect(p.errors).toBe(1);
+    boom = false;
+    expect(frames(p.push(hex('02 BB')))).toEqual(['02bb']);
+    expect(p.errors).toBe(1);
+  });
+  it('the real dialects never report PARSER_ERROR on the streams above', () => {
+    for (const { dialect, a, b } of [...replyStreams, ...requestStreams]) {
+      for (const dir of ['replies', 'requests'] as const) {
+        const p = dialect.createParser(dir);
+        expect(errors(p.push(Buffer.concat([hex(a), hex('00 02 03'), hex(b)])))).not.toContain('PARSER_ERROR');
+      }
+    }
   });
 });

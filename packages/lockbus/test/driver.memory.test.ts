@@ -244,6 +244,49 @@ describe('LockBus over memory', () => {
     expect(st.closed).toEqual([false, true, true, true]);
   });
 
+  it('8A/80: a 32-channel read-all answer is framed by the configured channel count', async () => {
+    const { fake, bus } = await setup('generic-8a80', { polling: false }, [{ address: 1, locks: 32 }]);
+    const closed = [1, 2, 5, 6, 25, 32];
+    for (let l = 1; l <= 32; l++) fake.lock(1, l).latched = closed.includes(l); // 80 01 81 00 00 33 33 00
+    await bus.start();
+    const st = await bus.readStatus(1);
+    expect(st.reply.kind === 'status' && st.reply.locks.length).toBe(32);
+    expect(st.closed.flatMap((c, i) => (c ? [i + 1] : []))).toEqual(closed);
+  });
+
+  it('a late answer is never taken for the next request to the same board (spec 4.3)', async () => {
+    // quiet 25 ms: the late answer (50 ms) comes 10 ms after the 40 ms timeout, inside the
+    // silence the driver waits for after the timeout (not after its own request).
+    const { fake, bus } = await setup('kerong-cu16', { polling: false, quietMs: 25 }, [{ address: 1, locks: 4 }]);
+    await bus.start();
+    fake.faults.lateMs = 50;
+    await expect(bus.readStatus(1)).rejects.toMatchObject({ code: 'NO_REPLY' }); // answer says: all closed
+    fake.faults.lateMs = 20; // the real answer would come after the stale one
+    fake.openDoor(1, 2);
+    const st = await bus.readStatus(1);
+    expect(st.closed).toEqual([true, false, true, true]);
+  });
+
+  it('a bus scan holds the bus while the boards answer: the next request is written after the answers', async () => {
+    const { dev, bus } = await setup('kerong-cu16', { polling: false, scanWindowMs: 25, quietMs: 25 }, [{ address: 1, locks: 4 }]);
+    const scanFrame = dialects['kerong-cu16'].encodeRequest({ kind: 'scan' });
+    const answers = [0, 1, 2, 3].map((b) => dialects['kerong-cu16'].encodeReply({ kind: 'status', board: b, locks: Array(16).fill(true), items: null }));
+    dev.on('data', (c) => {
+      if (!c.equals(scanFrame)) return;
+      answers.forEach((a, i) => setTimeout(() => void dev.write(a), 10 + i * 8)); // the last at ~34 ms, after the 25 ms window
+    });
+    const wire: string[] = [];
+    bus.on('frame', (f) => wire.push(`${f.dir}:${f.hex}`));
+    await bus.start();
+    const scan = bus.transact({ kind: 'scan' });
+    const st = bus.readStatus(1);
+    await scan;
+    expect((await st).closed).toEqual([true, true, true, true]);
+    const statusTx = wire.indexOf(`tx:${dialects['kerong-cu16'].encodeRequest({ kind: 'status', board: 1 }).toString('hex')}`);
+    const rxBefore = wire.slice(0, statusTx).filter((w) => w.startsWith('rx:')).map((w) => w.slice(3)).join('');
+    expect(rxBefore).toBe(answers.map((a) => a.toString('hex')).join(''));
+  });
+
   it('one transaction at a time: unlocks jump the queue but never overlap a pending answer', async () => {
     const boards = Array.from({ length: 6 }, (_, i) => ({ address: i, locks: 16 }));
     const { fake, bus } = await setup('kerong-cu16', { pollIntervalMs: 0 }, boards);
@@ -271,6 +314,14 @@ describe('LockBus over memory', () => {
     fake.openDoor(1, 1);
     await waitFor(bus, 'doorOpened');
     expect(names(events).filter((n) => n === 'portOpened').length).toBe(2);
+  });
+
+  it('a board outside the dialect range (CU16 15: address F0 is the whole bus) is BAD_CONFIG at construction', () => {
+    const [host] = MemoryTransport.pair();
+    expect(() => new LockBus({ name: 'x', transport: host, dialect: 'kerong-cu16', boards: [{ address: 15 }], ...fast })).toThrow(
+      expect.objectContaining({ code: 'BAD_CONFIG' }),
+    );
+    expect(() => new LockBus({ name: 'x', transport: host, dialect: 'generic-8a80', boards: [{ address: 0 }], ...fast })).toThrow(expect.objectContaining({ code: 'BAD_CONFIG' }));
   });
 
   it('start() with failIfPortMissing rejects PORT_OPEN_FAILED; without, it keeps retrying', async () => {

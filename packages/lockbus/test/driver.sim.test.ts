@@ -44,6 +44,7 @@ async function setup(kind: LinkKind, extra: Partial<LockBusOptions> = {}, dialec
   const events = record(bus, ['unlockSent', 'doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'forcedOpen', 'boardOffline', 'boardOnline', 'portOpened', 'portClosed']);
   cleanups.push(() => bus.stop());
   await bus.start();
+  if (extra.polling === false) return { sim, sb, bus, events, rxUnlocks };
   await waitFor(bus, 'boardOnline', () => boards.every((b) => bus.boardOnline(b) === true));
   // the pulse time reaches every board before the scenario starts
   if (bus.dialect.supports('setPulse') && bus.pulseMs !== null) await waitFor(bus, 'pollCycle', () => boards.every((b) => sb.board(b).pulseMs === bus.pulseMs));
@@ -116,6 +117,32 @@ describe.each(['pty', 'tcp'] as const)('LockBus + simulator over %s', (kind) => 
     expect(names(events, 'doorOpened').filter((e) => e.board === 0 && e.lock === 3)).toEqual([]);
     expect(bus.locks(0)[2]!.door).toBe('closed');
     expect(bus.locks(1)[2]!.door).toBe('open');
+  });
+
+  it('fault lateReply: an answer after the timeout is never taken for the next request to the same board', async () => {
+    // answers come ~45 ms after the 100 ms timeout, inside the 95 ms of silence awaited after it
+    // (counted from our own request, as before the fix, the drain would end at the timeout)
+    const { sb, bus } = await setup(kind, { polling: false, replyTimeoutMs: 100, quietMs: 95, maxDrainMs: 400 });
+    sb.faults.set({ lateReplyMs: 140 });
+    await expect(bus.readStatus(0)).rejects.toMatchObject({ code: 'NO_REPLY' }); // late answer: all closed
+    sb.faults.clear();
+    sb.lock(0, 4).openDoor();
+    const st = await bus.readStatus(0);
+    expect(st.closed[3]).toBe(false);
+  });
+
+  it('a bus scan holds the bus until every board has answered', async () => {
+    const { bus } = await setup(kind, { polling: false, scanWindowMs: 150, quietMs: 60 }, 'kerong-cu16', [0, 1, 2, 3]);
+    const wire: string[] = [];
+    bus.on('frame', (f) => wire.push(`${f.dir}:${f.hex}`));
+    const scan = bus.transact({ kind: 'scan' });
+    const st = bus.readStatus(3);
+    await scan;
+    await st;
+    const statusTx = wire.indexOf(`tx:${bus.dialect.encodeRequest({ kind: 'status', board: 3 }).toString('hex')}`);
+    const rxBefore = wire.slice(0, statusTx).filter((w) => w.startsWith('rx:')).map((w) => w.slice(3)).join('');
+    expect(rxBefore, wire.join(' ')).toBe(rxBefore.slice(0, 4 * 18)); // no more than the four answers
+    expect(rxBefore.length / 2).toBe(4 * 9); // the four boards' answers, all before the next request
   });
 
   it('fault garbageBeforeReply: replies still understood, no board goes offline', async () => {

@@ -102,6 +102,38 @@ describe('ScannerReader (unit)', () => {
     expect(got.every((c) => c.reader === 'scanner')).toBe(true);
   });
 
+  it('text is UTF-8 (also split inside a character), with a latin1 fallback for invalid UTF-8; encoding can be forced', async () => {
+    const { r, got } = reader({ dedupeWindowMs: 0 });
+    await r.start();
+    const utf8 = Buffer.from('Zoë-4711\r', 'utf8');
+    r.feed(utf8);
+    r.feed(utf8.subarray(0, 3)); // 'Zo' + the first byte of ë
+    r.feed(utf8.subarray(3));
+    r.feed(Buffer.from('Zoë-4711\r', 'latin1')); // EB alone is not UTF-8: latin1
+    expect(vals(got)).toEqual(['qr:Zoë-4711', 'qr:Zoë-4711', 'qr:Zoë-4711']);
+    const l1 = reader({ dedupeWindowMs: 0, encoding: 'latin1' });
+    await l1.r.start();
+    l1.r.feed(utf8);
+    expect(vals(l1.got)).toEqual(['qr:ZoÃ«-4711']);
+  });
+
+  it('trigger() writes the configured family\'s start / stop bytes; refuses without a family or a port', async () => {
+    const [host, dev] = MemoryTransport.pair();
+    await dev.open();
+    const seen: string[] = [];
+    dev.on('data', (c) => seen.push(c.toString('hex')));
+    const { r } = reader({ transport: host, triggerFamily: 'honeywell' });
+    await expect(r.trigger('start')).rejects.toMatchObject({ code: 'PORT_NOT_OPEN' });
+    await r.start();
+    await r.trigger('start');
+    await r.trigger('stop');
+    expect(seen).toEqual(['16540d', '16550d']);
+    const dl = reader({ transport: MemoryTransport.pair()[0], triggerFamily: 'datalogic' });
+    await dl.r.start();
+    await dl.r.trigger('stop');
+    await expect(reader().r.trigger('start')).rejects.toMatchObject({ code: 'UNSUPPORTED' });
+  });
+
   it('control bytes are stripped, over-long reads dropped', async () => {
     const { r, got } = reader({ maxLength: 8 });
     await r.start();
@@ -157,5 +189,20 @@ describe('ScannerReader over a real pty (simulated scanners)', () => {
     await sc.typePin('246810');
     expect(await p).toMatchObject({ source: 'keypad', value: '246810' });
     expect(vals(got)).toEqual(['qr:https://lk.example/p/ABC-123', 'qr:PICKUP-98765', 'keypad:246810']);
+  });
+
+  it('a non-ASCII code (UTF-8 from the scanner) arrives intact, whole and in chunks', async () => {
+    const sim = new Simulator({ buses: [], scanners: [{ name: 'scan', link: { kind: 'pty' }, suffix: '\r', chunkGapMs: 10 }] });
+    await sim.start();
+    cleanups.push(() => sim.stop());
+    const sc = sim.scanner('scan');
+    const { r } = reader({ port: `${sc.path}?baud=9600`, interByteTimeoutMs: 60, dedupeWindowMs: 0 });
+    await r.start();
+    let p = waitFor<Credential>(r, 'credential');
+    await sc.scan('Zoë-4711');
+    expect(await p).toMatchObject({ source: 'qr', value: 'Zoë-4711' });
+    p = waitFor<Credential>(r, 'credential');
+    await sc.scan('Zoë-4711', { chunks: 9 }); // 9 bytes + CR in chunks of 1-2 bytes
+    expect(await p).toMatchObject({ source: 'qr', value: 'Zoë-4711' });
   });
 });

@@ -12,17 +12,21 @@ export type Attempt =
 
 export interface FrameRules {
   isStart(byte: number): boolean;
-  attempt(buf: Buffer, at: number, expect: LockRequest | null): Attempt;
+  attempt(buf: Buffer, at: number, expect: LockRequest | null, locks: number | null): Attempt;
 }
 
 export class StreamParser implements FrameParser {
+  /** How many times a framing rule threw (each time the held bytes were dropped). */
+  errors = 0;
   private buf: Buffer = Buffer.alloc(0);
   private expecting: LockRequest | null = null;
+  private expectLocks: number | null = null;
 
   constructor(private readonly rules: FrameRules) {}
 
-  expect(req: LockRequest | null): void {
+  expect(req: LockRequest | null, hint?: { locks?: number }): void {
     this.expecting = req;
+    this.expectLocks = req && hint?.locks !== undefined ? hint.locks : null;
   }
 
   reset(): void {
@@ -52,7 +56,7 @@ export class StreamParser implements FrameParser {
           markGarbage();
           continue;
         }
-        const a = this.rules.attempt(buf, i, this.expecting);
+        const a = this.rules.attempt(buf, i, this.expecting, this.expectLocks);
         if (a.kind === 'frame') {
           flushGarbage(i);
           out.push({ ok: true, frame: Buffer.from(buf.subarray(i, i + a.length)) });
@@ -81,8 +85,11 @@ export class StreamParser implements FrameParser {
       }
       flushGarbage(i);
       this.buf = waiting || i < buf.length ? Buffer.from(buf.subarray(i)) : Buffer.alloc(0);
-    } catch {
-      // A rule bug must never escape into the caller's data handler: drop what we hold.
+    } catch (cause) {
+      // A rule bug must never escape into the caller's data handler: drop what we hold, but say
+      // so (a PARSER_ERROR entry and the errors count), so a dialect bug is visible, not silent.
+      this.errors++;
+      out.push({ ok: false, error: 'PARSER_ERROR', bytes: this.buf, cause });
       this.buf = Buffer.alloc(0);
     }
     return out;
@@ -92,7 +99,7 @@ export class StreamParser implements FrameParser {
   private findInner(buf: Buffer, from: number, to: number, acceptNeed: boolean): number {
     for (let j = from; j < to; j++) {
       if (!this.rules.isStart(buf[j])) continue;
-      const a = this.rules.attempt(buf, j, this.expecting);
+      const a = this.rules.attempt(buf, j, this.expecting, this.expectLocks);
       if (a.kind === 'frame' || (acceptNeed && a.kind === 'need')) return j;
     }
     return -1;

@@ -30,10 +30,21 @@ function five(buf: Buffer, at: number, mark: number | null): Attempt {
   return xor8(buf, at, at + 4) === buf[at + 4] ? { kind: 'frame', length: 5 } : { kind: 'bad', length: 5 };
 }
 
-/** Read-all answer: 80 BB [n status bytes] 33 BCC with MIN_GROUPS <= n <= MAX_GROUPS. */
-function readAll(buf: Buffer, at: number): Attempt {
+/** Status bytes in the read-all answer of a board with `channels` channels (at least 3). */
+export function readAllGroups(channels: number): number {
+  return Math.min(MAX_GROUPS, Math.max(MIN_GROUPS, Math.ceil(channels / 8)));
+}
+
+/**
+ * Read-all answer: 80 BB [n status bytes] 33 BCC. With the board's channel count known, n is
+ * exactly readAllGroups(channels): status bytes may themselves be 33 with a fitting XOR, so
+ * trying lengths (MIN_GROUPS <= n <= MAX_GROUPS, first fit) mis-frames boards above 24 channels.
+ */
+function readAll(buf: Buffer, at: number, channels: number | null = null): Attempt {
   let sawBad: Attempt | null = null;
-  for (let n = MIN_GROUPS; n <= MAX_GROUPS; n++) {
+  const from = channels === null ? MIN_GROUPS : readAllGroups(channels);
+  const to = channels === null ? MAX_GROUPS : from;
+  for (let n = from; n <= to; n++) {
     const len = n + 4;
     if (buf.length - at < len) return { kind: 'need' };
     if (buf[at + 2 + n] !== G8A80.READ_MARK) continue;
@@ -53,9 +64,9 @@ function requestRules() {
 function replyRules() {
   return {
     isStart: (b: number) => b === G8A80.UNLOCK || b === G8A80.READ,
-    attempt(buf: Buffer, at: number, expect: LockRequest | null): Attempt {
+    attempt(buf: Buffer, at: number, expect: LockRequest | null, channels: number | null): Attempt {
       if (buf[at] === G8A80.UNLOCK) return five(buf, at, null);
-      if (expect?.kind === 'status') return readAll(buf, at);
+      if (expect?.kind === 'status') return readAll(buf, at, channels);
       if (expect?.kind === 'readLock') return five(buf, at, null);
       // No hint: prefer a complete read-all answer, else a read-one answer.
       const all = readAll(buf, at);
@@ -115,6 +126,9 @@ export const generic8a80: Dialect = {
     checkXor(f);
     if (f.length !== 5) throw new CodecError('BAD_FRAME', `8A/80 request must be 5 bytes: ${f.toString('hex')}`);
     const [head, board, ch, mark] = f;
+    // strict, mirroring the encoder: board 1..31, channel 0 (all) or 1..64
+    if (board < 1 || board > 31) throw new CodecError('OUT_OF_RANGE', `8A/80 request to board ${board}: ${f.toString('hex')}`);
+    if (ch > 64) throw new CodecError('OUT_OF_RANGE', `8A/80 request for channel ${ch}: ${f.toString('hex')}`);
     if (head === G8A80.UNLOCK && mark === G8A80.UNLOCK_MARK) return ch === 0 ? { kind: 'unlockAll', board } : { kind: 'unlock', board, lock: ch };
     if (head === G8A80.READ && mark === G8A80.READ_MARK) return ch === 0 ? { kind: 'status', board } : { kind: 'readLock', board, lock: ch };
     throw new CodecError('BAD_FRAME', `unknown 8A/80 request: ${f.toString('hex')}`);
@@ -129,7 +143,7 @@ export const generic8a80: Dialect = {
       case 'lockStatus':
         return frame([G8A80.READ, rep.board, rep.lock, ss(rep.bit)]);
       case 'status': {
-        const groups = Math.min(MAX_GROUPS, Math.max(MIN_GROUPS, Math.ceil(rep.locks.length / 8)));
+        const groups = readAllGroups(rep.locks.length);
         const lowFirst = bytesFromBits(rep.locks, groups);
         return frame([G8A80.READ, rep.board, ...lowFirst.reverse(), G8A80.READ_MARK]);
       }

@@ -69,10 +69,18 @@ export const kerong48: Dialect = {
     throw new CodecError('UNSUPPORTED', `kerong-48 cannot encode ${req.kind}`);
   },
 
+  // Strict: a well-framed request with a field out of range is refused (OUT_OF_RANGE), as the
+  // encoder would refuse it: a status read carries LOCK 00, an unlock a lock index 0..47.
   decodeRequest(f: Buffer): LockRequest {
     checked(f, REQUEST_LEN);
-    if (f[3] === K48.READ_STATUS) return { kind: 'status', board: f[1] };
-    if (f[3] === K48.UNLOCK) return { kind: 'unlock', board: f[1], lock: f[2] + 1 };
+    if (f[3] === K48.READ_STATUS) {
+      if (f[2] !== 0) throw new CodecError('OUT_OF_RANGE', `Kerong-48 status read with LOCK ${f[2]} (must be 00): ${f.toString('hex')}`);
+      return { kind: 'status', board: f[1] };
+    }
+    if (f[3] === K48.UNLOCK) {
+      if (f[2] > 47) throw new CodecError('OUT_OF_RANGE', `Kerong-48 unlock of lock index ${f[2]} (0..47): ${f.toString('hex')}`);
+      return { kind: 'unlock', board: f[1], lock: f[2] + 1 };
+    }
     throw new CodecError('BAD_FRAME', `unknown Kerong-48 command ${f[3]}`);
   },
 

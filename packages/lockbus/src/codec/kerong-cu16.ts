@@ -36,8 +36,14 @@ function frame(addr: number, cmd: number, data: number[] = []): Buffer {
   return b;
 }
 
+// Board 15 is refused: its lock-index-0 address (board 15, lock 1 or any board-wide command) is
+// 0xF0, the whole-bus address (spec section 1), so "unlock board 15 lock 1" (02 F0 31 03 26)
+// could reach every board. The vendor documents 10 boards a bus: 0..14 is plenty.
+const MAX_BOARD = 14;
 function checkBoard(board: number): void {
-  if (!Number.isInteger(board) || board < 0 || board > 15) throw new CodecError('OUT_OF_RANGE', `CU16 board ${board} not in 0..15`);
+  if (!Number.isInteger(board) || board < 0 || board > MAX_BOARD) {
+    throw new CodecError('OUT_OF_RANGE', `CU16 board ${board} not in 0..${MAX_BOARD} (board 15 would use F0, the whole-bus address)`);
+  }
 }
 function checkLock(lock: number): void {
   if (!Number.isInteger(lock) || lock < 1 || lock > 16) throw new CodecError('OUT_OF_RANGE', `CU16 lock ${lock} not in 1..16`);
@@ -71,7 +77,7 @@ export const kerongCu16: Dialect = {
   name: 'kerong-cu16',
   defaultBaudRate: 19200,
   locksPerBoard: 16,
-  boardRange: [0, 15],
+  boardRange: [0, MAX_BOARD],
   maxLocks: 16,
   supports: (kind) => kind !== 'readLock',
   // 0x31 / 0x33 are answered by nothing (confirm by polling); the 0x32 scan answer is unverified
@@ -99,8 +105,10 @@ export const kerongCu16: Dialect = {
         return frame(CU16.BUS_ADDR, CU16.SCAN);
       case 'setPulse': {
         checkBoard(req.board);
+        // unit 10 ms, 2 bytes: 10..655350 ms. NaN, negatives and anything that rounds to 0 would
+        // otherwise encode a 0 ms pulse (a lock that never opens).
         const units = Math.round(req.ms / 10);
-        if (units < 0 || units > 0xffff) throw new CodecError('OUT_OF_RANGE', `pulse ${req.ms} ms out of range`);
+        if (!Number.isFinite(req.ms) || units < 1 || units > 0xffff) throw new CodecError('OUT_OF_RANGE', `pulse ${req.ms} ms not in 10..655350`);
         return frame(req.board << 4, CU16.SET_PULSE, [units >> 8, units & 0xff]);
       }
       default:
@@ -108,21 +116,34 @@ export const kerongCu16: Dialect = {
     }
   },
 
+  // Strict, mirroring the encoder: F0 only with a scan (and a scan only to F0), board-wide
+  // commands with lock index 0 (02 05 30 is not "status of board 0"), no board 15, no 0 ms pulse.
+  // A well-framed request with a field out of range is OUT_OF_RANGE.
   decodeRequest(f: Buffer): LockRequest {
     checked(f, REQUEST_LENGTHS);
     const addr = f[1];
     const board = addr >> 4;
+    const lockIndex = addr & 0x0f;
+    const refuse = (why: string) => new CodecError('OUT_OF_RANGE', `CU16 request ${f.toString('hex')}: ${why}`);
+    if (f[2] === CU16.SCAN) {
+      if (addr !== CU16.BUS_ADDR) throw refuse('a bus scan goes to F0');
+      return { kind: 'scan' };
+    }
+    if (board > MAX_BOARD) throw refuse(`board ${board} (F0..FF is the whole-bus address)`);
+    if (f[2] !== CU16.UNLOCK && lockIndex !== 0) throw refuse(`board-wide command with lock index ${lockIndex}`);
     switch (f[2]) {
       case CU16.READ_STATUS:
         return { kind: 'status', board };
       case CU16.UNLOCK:
-        return { kind: 'unlock', board, lock: (addr & 0x0f) + 1 };
+        return { kind: 'unlock', board, lock: lockIndex + 1 };
       case CU16.UNLOCK_ALL:
         return { kind: 'unlockAll', board };
-      case CU16.SCAN:
-        return { kind: 'scan' };
-      default: // SET_PULSE
-        return { kind: 'setPulse', board, ms: ((f[3] << 8) | f[4]) * 10 };
+      default: {
+        // SET_PULSE
+        const units = (f[3] << 8) | f[4];
+        if (units === 0) throw refuse('a 0 ms pulse');
+        return { kind: 'setPulse', board, ms: units * 10 };
+      }
     }
   },
 

@@ -18,7 +18,9 @@ export type LockReply =
 
 export type ParsedFrame =
   | { ok: true; frame: Buffer }
-  | { ok: false; error: 'BAD_CHECKSUM' | 'GARBAGE'; bytes: Buffer };
+  | { ok: false; error: 'BAD_CHECKSUM' | 'GARBAGE'; bytes: Buffer }
+  /** A dialect's framing rule threw (a bug, not line noise): `bytes` held were dropped. */
+  | { ok: false; error: 'PARSER_ERROR'; bytes: Buffer; cause: unknown };
 
 export interface FrameParser {
   /** Feed bytes as they arrive; returns every complete frame (or rejected bytes) found. Never throws. */
@@ -28,8 +30,10 @@ export interface FrameParser {
   /**
    * Optional hint: the request whose reply is awaited. Only needed where reply shapes are
    * ambiguous (8A/80 read-one vs read-all); other dialects ignore it. null = no expectation.
+   * `locks`: the channels the addressed board has (configured), where the reply length depends
+   * on it (8A/80 read-all): the reply is then framed at exactly that length.
    */
-  expect(req: LockRequest | null): void;
+  expect(req: LockRequest | null, hint?: { locks?: number }): void;
 }
 
 export interface Dialect {

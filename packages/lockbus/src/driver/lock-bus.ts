@@ -14,7 +14,7 @@ import pino, { type Logger } from 'pino';
 import { dialects, isDialectName } from '../codec/index';
 import type { Dialect, DialectName, LockReply, LockRequest } from '../codec/types';
 import { LockBusError, type LockBusErrorCode } from '../errors';
-import { createTransport } from '../transport/factory';
+import { createTransport, resolveBaudRate } from '../transport/factory';
 import type { Transport } from '../transport/types';
 import { boardStep, initialBoard, viewLocks, type BoardConfig, type BoardEvent, type BoardState, type LockView } from './board-state';
 
@@ -34,7 +34,10 @@ export interface LockBusOptions {
   /** Or a ready transport (tests: MemoryTransport). One of port / transport is required. */
   transport?: Transport;
   dialect: DialectName | Dialect;
-  /** Default: the dialect's default (CU16 19200, 8A/80 9600). Used for the port and timings. */
+  /**
+   * Default: `?baud=` of the port string, else the dialect's default (CU16 19200, 8A/80 9600).
+   * Used for the port and timings; a value that contradicts the port string is BAD_CONFIG.
+   */
   baudRate?: number;
   /** How a latched / closed lock reads on the wire. Default 'closed-high' (bit 1 = closed). */
   polarity?: Polarity;
@@ -45,10 +48,20 @@ export interface LockBusOptions {
   polling?: boolean;
   /** Wait for an answer this long after the request drained. Default 150 ms. */
   replyTimeoutMs?: number;
-  /** Silence that ends a drain after a timeout. Default 25 ms. */
+  /**
+   * Silence that ends a drain after a timeout, counted from the timeout or from the last byte
+   * received, whichever is later (never from our own request). Default 25 ms.
+   */
   quietMs?: number;
   /** Upper bound on waiting for the line to go quiet. Default 500 ms. */
   maxDrainMs?: number;
+  /**
+   * A bus scan (CU16 0x32 to the whole bus) is answered by every board, in a layout the driver
+   * does not decode: the bus stays held for at least this long after the request, and then until
+   * quietMs of silence (bounded by maxDrainMs), so no request is written while answers arrive.
+   * Default replyTimeoutMs.
+   */
+  scanWindowMs?: number;
   /** Inter-frame gap. Default 3.5 character times + 1 ms. */
   gapMs?: number;
   /** A write not drained within this long fails WRITE_FAILED (never re-sent). Default 1000 ms. */
@@ -148,6 +161,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private readonly t: {
     pollIntervalMs: number;
     replyTimeoutMs: number;
+    scanWindowMs: number;
     quietMs: number;
     maxDrainMs: number;
     gapMs: number;
@@ -165,6 +179,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private pumping: Promise<void> | null = null;
   private collector: Collector | null = null;
   private lastLineActivity = 0; // performance.now() of the last byte sent or received
+  private lastRxAt = 0; // performance.now() of the last byte received
   private reconnectTimer: NodeJS.Timeout | null = null;
   private backoffMs: number;
   private pollWake: (() => void) | null = null;
@@ -177,9 +192,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     const d = typeof opts.dialect === 'string' ? (isDialectName(opts.dialect) ? dialects[opts.dialect] : undefined) : opts.dialect;
     if (!d) throw new LockBusError('BAD_CONFIG', `unknown dialect ${String(opts.dialect)}`);
     this.dialect = d;
-    this.baudRate = opts.baudRate ?? d.defaultBaudRate;
-    this.polarity = opts.polarity ?? 'closed-high';
     if (!opts.transport && !opts.port) throw new LockBusError('BAD_CONFIG', `bus ${opts.name}: port or transport required`);
+    // one source of truth: the port opens at this rate and the gap / timings are computed from it
+    this.baudRate = resolveBaudRate(opts.transport ? undefined : opts.port, opts.baudRate, d.defaultBaudRate);
+    this.polarity = opts.polarity ?? 'closed-high';
     this.transport = opts.transport ?? createTransport(opts.port!, { baudRate: this.baudRate });
     this.log = (opts.logger ?? pino({ level: 'info' })).child({ ns: 'lockbus.driver', bus: opts.name });
     this.now = opts.now ?? Date.now;
@@ -195,6 +211,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     this.t = {
       pollIntervalMs: opts.pollIntervalMs ?? 500,
       replyTimeoutMs: opts.replyTimeoutMs ?? 150,
+      scanWindowMs: opts.scanWindowMs ?? opts.replyTimeoutMs ?? 150,
       quietMs: opts.quietMs ?? 25,
       maxDrainMs: opts.maxDrainMs ?? 500,
       gapMs: opts.gapMs ?? 3.5 * charMs + 1,
@@ -204,6 +221,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       reconnectFactor: opts.reconnect?.factor ?? 2,
     };
     this.backoffMs = this.t.reconnectInitialMs;
+    const [lo, hi] = d.boardRange;
+    for (const b of opts.boards) {
+      if (!Number.isInteger(b.address) || b.address < lo || b.address > hi) throw new LockBusError('BAD_CONFIG', `bus ${opts.name}: board ${b.address} not in ${lo}..${hi} for ${d.name}`);
+    }
     this.boardSpecs = opts.boards.map((b) => ({ address: b.address, locks: b.locks ?? d.locksPerBoard }));
     for (const b of this.boardSpecs) this.states.set(b.address, initialBoard(b.address, b.locks));
     this.parser = d.createParser('replies');
@@ -217,6 +238,11 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   /** Milliseconds of one 8N1 character at this bus's baud rate. */
   get charMs(): number {
     return (10 * 1000) / this.baudRate;
+  }
+
+  /** The inter-frame gap in use (ms). */
+  get gapMs(): number {
+    return this.t.gapMs;
   }
 
   /** The pulse time this driver sets on boards (null: left as the boards have it). */
@@ -399,7 +425,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     const expectsReply = this.dialect.repliesTo(job.req);
     // flush: whatever the line said before our request is not its answer
     this.parser.reset();
-    this.parser.expect(expectsReply ? job.req : null);
+    // the configured channel count frames replies whose length depends on it (8A/80 read-all)
+    const board = (job.req as { board?: number }).board;
+    const locks = this.boardSpecs.find((b) => b.address === board)?.locks;
+    this.parser.expect(expectsReply ? job.req : null, { locks });
     const pending = expectsReply ? this.collect(job) : null;
     this.emitFrame('tx', job.frame);
     try {
@@ -423,6 +452,8 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       this.log.error({ err: (err as Error).message }, 'onWritten handler failed');
     }
     if (!pending) {
+      // one transaction at a time: answers the driver does not wait for still occupy the bus
+      if (job.req.kind === 'scan') await this.holdForScanAnswers(drainedAt);
       job.resolve({ drainedAt, reply: null, echoed: false });
       return;
     }
@@ -431,7 +462,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       job.resolve({ drainedAt, reply, echoed });
     } catch (err) {
       const e = err as LockBusError;
-      if (e.code === 'NO_REPLY' || e.code === 'GARBLED_REPLY' || e.code === 'BAD_CHECKSUM') await this.drainLateBytes();
+      if (e.code === 'NO_REPLY' || e.code === 'GARBLED_REPLY' || e.code === 'BAD_CHECKSUM') await this.drainLateBytes(pending.endedAt());
       job.reject(e);
     } finally {
       this.collector = null;
@@ -452,7 +483,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   }
 
   /** Sets up the reply collector before the write so no byte is missed. */
-  private collect(job: Job): { result: Promise<{ reply: LockReply; echoed: boolean }>; armTimeout: () => void } {
+  private collect(job: Job): { result: Promise<{ reply: LockReply; echoed: boolean }>; armTimeout: () => void; endedAt: () => number } {
     const frame = job.frame;
     let echoMatched = 0;
     let echoDone = false;
@@ -461,9 +492,11 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     let sawBadChecksum = false;
     let sawOther = false;
     let timer: NodeJS.Timeout | null = null;
+    let endedAt = 0;
     let settle: ((v: { reply: LockReply; echoed: boolean } | LockBusError) => void) | null = null;
     const result = new Promise<{ reply: LockReply; echoed: boolean }>((resolve, reject) => {
       settle = (v) => {
+        endedAt = performance.now();
         if (timer) clearTimeout(timer);
         settle = null;
         if (v instanceof LockBusError) reject(v);
@@ -476,6 +509,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
         if (!pf.ok) {
           if (pf.error === 'BAD_CHECKSUM') sawBadChecksum = true;
           else sawGarbage = true;
+          if (pf.error === 'PARSER_ERROR') this.log.error({ err: String(pf.cause), bytes: pf.bytes.length }, 'frame parser failed (dialect bug): bytes dropped');
           this.log.debug({ hex: pf.bytes.toString('hex'), error: pf.error }, 'rx rejected');
           continue;
         }
@@ -537,22 +571,47 @@ export class LockBus extends EventEmitter<LockBusEvents> {
         else settle(new LockBusError('NO_REPLY', `board ${b}: no answer within ${this.t.replyTimeoutMs} ms`));
       }, this.t.replyTimeoutMs);
     };
-    return { result, armTimeout: () => settle && !timer && armTimeout() };
+    return { result, armTimeout: () => settle && !timer && armTimeout(), endedAt: () => endedAt };
   }
 
-  /** After a failed answer: wait for silence, discarding late bytes. */
-  private async drainLateBytes(): Promise<void> {
+  /**
+   * After a failed answer: wait for silence, discarding late bytes (spec section 4 rule 3). The
+   * silence counts from the failure (the timeout) or from the last byte received, whichever is
+   * later: never from our own request, which would end the drain at once when nothing came back
+   * and let a late answer be taken for the next request to the same board. Bounded by maxDrainMs.
+   */
+  private async drainLateBytes(failedAt: number): Promise<void> {
     const start = performance.now();
+    const from = failedAt || start;
     while (performance.now() - start < this.t.maxDrainMs) {
-      const quietFor = performance.now() - this.lastLineActivity;
+      const quietFor = performance.now() - Math.max(from, this.lastRxAt);
       if (quietFor >= this.t.quietMs) break;
       await sleep(Math.max(1, Math.ceil(this.t.quietMs - quietFor)));
     }
     this.parser.reset();
   }
 
+  /**
+   * After a bus scan: every board answers, none of it decoded. Hold the bus for scanWindowMs
+   * from the request, then until quietMs without a received byte; never longer than
+   * scanWindowMs + maxDrainMs (a babbling line). Whatever came is dropped with the parser.
+   */
+  private async holdForScanAnswers(drainedAt: number): Promise<void> {
+    const until = drainedAt + this.t.scanWindowMs;
+    const limit = until + this.t.maxDrainMs;
+    for (;;) {
+      const now = performance.now();
+      if (!this.running || now >= limit) break;
+      const quietFor = now - Math.max(drainedAt, this.lastRxAt);
+      if (now >= until && quietFor >= this.t.quietMs) break;
+      await sleep(Math.max(1, Math.ceil(Math.max(until - now, this.t.quietMs - quietFor))));
+    }
+    this.parser.reset();
+  }
+
   private onData(chunk: Buffer): void {
     this.lastLineActivity = performance.now();
+    this.lastRxAt = this.lastLineActivity;
     this.emitFrame('rx', chunk);
     if (this.collector) this.collector.onChunk(chunk);
     else this.log.trace({ hex: chunk.toString('hex') }, 'rx outside a transaction: discarded');

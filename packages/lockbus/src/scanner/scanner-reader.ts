@@ -8,6 +8,8 @@
 // (a keypad wired to the same serial device). Codes are never logged, only their length.
 import { EventEmitter } from 'node:events';
 import pino, { type Logger } from 'pino';
+import { encodeScannerTrigger, type ScannerFamily, type TriggerAction } from '../codec/scanner-trigger';
+import { LockBusError } from '../errors';
 import { createTransport } from '../transport/factory';
 import type { Transport } from '../transport/types';
 
@@ -47,7 +49,15 @@ export interface ScannerReaderOptions {
   suffix?: '\r' | '\n' | '\r\n' | '';
   /** Same source + value again within this window (measured from the last repeat): reported once. 0 = off. Default 1500 ms. */
   dedupeWindowMs?: number;
-  /** Longest accepted read; longer input is dropped as noise. Default 1024 characters. */
+  /**
+   * How a read's bytes become text. 'auto' (default): UTF-8 (what USB-CDC scanners and the
+   * simulator send), falling back to latin1 when the bytes are not valid UTF-8 (a scanner set to
+   * a single-byte code page). 'utf8' (invalid sequences become U+FFFD) / 'latin1': forced.
+   */
+  encoding?: 'auto' | 'utf8' | 'latin1';
+  /** Scanner family for software trigger commands (trigger()). Unset: trigger() is UNSUPPORTED. */
+  triggerFamily?: ScannerFamily;
+  /** Longest accepted read; longer input is dropped as noise. Default 1024 bytes. */
   maxLength?: number;
   /** Reopen a lost port with back-off. Defaults 250 ms doubling to 10 s. */
   reconnect?: { initialMs?: number; maxMs?: number };
@@ -58,6 +68,18 @@ export interface ScannerReaderOptions {
 const CR = 0x0d;
 const LF = 0x0a;
 const PIN = /^([0-9]{1,16})#$/;
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** A read's bytes as text (see ScannerReaderOptions.encoding). */
+export function decodeScan(bytes: Buffer, encoding: 'auto' | 'utf8' | 'latin1' = 'auto'): string {
+  if (encoding === 'latin1') return bytes.toString('latin1');
+  if (encoding === 'utf8') return bytes.toString('utf8');
+  try {
+    return strictUtf8.decode(bytes);
+  } catch {
+    return bytes.toString('latin1');
+  }
+}
 
 export class ScannerReader extends EventEmitter<ScannerReaderEvents> {
   readonly name: string;
@@ -129,6 +151,18 @@ export class ScannerReader extends EventEmitter<ScannerReaderEvents> {
     }
   }
 
+  /**
+   * Sends the software trigger (start / stop reading) of the configured scanner family (spec
+   * section 5). UNSUPPORTED without triggerFamily, PORT_NOT_OPEN without an open port.
+   */
+  async trigger(action: TriggerAction): Promise<void> {
+    const family = this.opts.triggerFamily;
+    if (!family) throw new LockBusError('UNSUPPORTED', `scanner ${this.name}: no triggerFamily configured`);
+    const bytes = encodeScannerTrigger(family, action);
+    if (!this.transport || !this.transport.isOpen) throw new LockBusError('PORT_NOT_OPEN', `scanner ${this.name}: port not open`);
+    await this.transport.write(bytes);
+  }
+
   /** A PIN typed on a keypad that is not on the scanner line (or a touch screen). */
   presentPin(pin: string): boolean {
     if (!/^[0-9]{1,16}$/.test(pin)) {
@@ -176,7 +210,7 @@ export class ScannerReader extends EventEmitter<ScannerReaderEvents> {
       return;
     }
     // printable only: control bytes (AIM prefixes, stray NULs) are not part of a credential
-    const value = bytes.toString('latin1').replace(/[\x00-\x1f\x7f]/g, '').trim();
+    const value = decodeScan(bytes, this.opts.encoding).replace(/[\x00-\x1f\x7f]/g, '').trim();
     if (!value) return;
     const pin = PIN.exec(value);
     if (pin) this.present('keypad', pin[1]!);

@@ -42,6 +42,21 @@ export function parsePortUrl(url: string): ParsedPortUrl {
   return { kind: 'serial', path, baudRate };
 }
 
+/**
+ * The one baud rate of a bus: `?baud=` in the port string, else the configured baud rate, else
+ * the dialect default. The port opens at it and the driver times the line (gap, wire time) by it.
+ * Two different explicit values are a configuration error, not a silent pick.
+ */
+export function resolveBaudRate(port: string | undefined, configured: number | undefined, fallback: number): number {
+  const fromUrl = port ? parsePortUrl(port) : null;
+  const urlBaud = fromUrl?.kind === 'serial' ? fromUrl.baudRate : null;
+  if (configured !== undefined && (!Number.isInteger(configured) || configured <= 0)) throw new LockBusError('BAD_CONFIG', `bad baud rate ${configured}`);
+  if (urlBaud !== null && configured !== undefined && urlBaud !== configured) {
+    throw new LockBusError('BAD_CONFIG', `port ${port} says ${urlBaud} baud but ${configured} is configured`);
+  }
+  return urlBaud ?? configured ?? fallback;
+}
+
 export function createTransport(url: string, opts: { baudRate?: number } = {}): Transport {
   const p = parsePortUrl(url);
   if (p.kind === 'tcp') return new TcpTransport({ host: p.host, port: p.port });

@@ -7,6 +7,7 @@ import type { Transport, TransportEvents } from './types';
 export class MemoryTransport extends EventEmitter<TransportEvents> implements Transport {
   peer: MemoryTransport | null = null;
   private open_ = false;
+  private unplugged = false;
   /** When false, open() fails (the device is absent). */
   available = true;
   /** Every chunk written through this end, for assertions. */
@@ -30,6 +31,7 @@ export class MemoryTransport extends EventEmitter<TransportEvents> implements Tr
 
   async open(): Promise<void> {
     if (!this.available) throw new LockBusError('PORT_OPEN_FAILED', `${this.description} is absent`);
+    if (this.peer?.unplugged) throw new LockBusError('PORT_OPEN_FAILED', `${this.description}: the device end is gone`);
     this.open_ = true;
   }
 
@@ -64,5 +66,27 @@ export class MemoryTransport extends EventEmitter<TransportEvents> implements Tr
 
   restore(): void {
     this.available = true;
+  }
+
+  /**
+   * Test helper, on the device end: the device vanishes (adapter unplugged, gateway down). Both
+   * ends close; the other end sees close(PORT_LOST) and cannot open until `replug()`.
+   */
+  unplug(): void {
+    this.unplugged = true;
+    this.available = false;
+    for (const end of [this, this.peer]) {
+      if (end?.open_) {
+        end.open_ = false;
+        end.emit('close', new LockBusError('PORT_LOST', `${end.description}: the device end vanished`));
+      }
+    }
+  }
+
+  /** The device end is back (and open); the other end can open again. */
+  replug(): void {
+    this.unplugged = false;
+    this.available = true;
+    this.open_ = true;
   }
 }

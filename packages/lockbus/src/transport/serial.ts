@@ -39,8 +39,9 @@ export class SerialTransport extends EventEmitter<TransportEvents> implements Tr
     port.on('error', (err: Error) => this.emit('error', err));
     port.on('close', (err?: Error) => {
       if (this.port === port) this.port = null;
-      const unexpected = !this.closing;
-      this.emit('close', unexpected ? (err ?? new LockBusError('PORT_LOST', `${this.opts.path} closed`)) : undefined);
+      if (this.closing) return this.emit('close', undefined);
+      // the contract: an unexpected close carries a LockBusError PORT_LOST (the OS error as cause)
+      this.emit('close', new LockBusError('PORT_LOST', err ? `${this.opts.path} lost: ${err.message}` : `${this.opts.path} closed`, err ? { cause: err } : undefined));
     });
   }
 

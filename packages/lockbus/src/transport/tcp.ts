@@ -56,7 +56,9 @@ export class TcpTransport extends EventEmitter<TransportEvents> implements Trans
     });
     socket.on('close', () => {
       if (this.socket === socket) this.socket = null;
-      this.emit('close', this.closing ? undefined : (lastError ?? new LockBusError('PORT_LOST', `${this.description} closed by peer`)));
+      if (this.closing) return this.emit('close', undefined);
+      const msg = lastError ? `${this.description} lost: ${lastError.message}` : `${this.description} closed by peer`;
+      this.emit('close', new LockBusError('PORT_LOST', msg, lastError ? { cause: lastError } : undefined));
     });
   }
 

@@ -55,7 +55,12 @@ export class FakeBoards {
     if (this.faults.echo) this.dev.write(chunk).catch(() => undefined);
     for (const p of this.parser.push(chunk)) {
       if (!p.ok) continue;
-      const req = this.dialect.decodeRequest(p.frame);
+      let req: LockRequest;
+      try {
+        req = this.dialect.decodeRequest(p.frame);
+      } catch {
+        continue; // a real board ignores a request it cannot take
+      }
       if (this.pendingReplies > 0) this.overlap = true;
       this.requests.push(req);
       this.handle(req);
