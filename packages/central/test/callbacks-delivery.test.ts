@@ -182,7 +182,7 @@ describeEngines('callback delivery', (engine) => {
     ]);
   });
 
-  it('ApiKey: X-Api-Key carries the key, no HMAC headers', async () => {
+  it('ApiKey: X-Api-Key carries the key, X-Signature signs time and body with it, no X-Hmac-Sha256', async () => {
     const { authKey } = await configure({ url: rx.url, authType: 'ApiKey' });
     await enqueue(t, event(tenant, newUid(), 'ReadyForDropoff', t.clock.now()));
     await worker(t).start();
@@ -190,7 +190,9 @@ describeEngines('callback delivery', (engine) => {
     const h = rx.requests[0]!.headers;
     expect(h['x-api-key']).toBe(authKey);
     expect(h['x-hmac-sha256']).toBeUndefined();
-    expect(h['x-signature']).toBeUndefined();
+    const [tPart, vPart] = String(h['x-signature']).split(',');
+    const ts = tPart!.replace(/^t=/, '');
+    expect(vPart).toBe(`v1=${crypto.createHmac('sha256', authKey as string).update(`${ts}.${rx.requests[0]!.raw}`).digest('hex')}`);
   });
 
   it('None: no authentication headers', async () => {
