@@ -117,8 +117,18 @@ export class ShipmentService {
     return row;
   }
 
+  /**
+   * The shipment waiting on `uid`'s locker, row-locked on PostgreSQL like load(): a job that looks
+   * at the waiter decides from it (the state machine's `waiter`) and may change it (hand-over,
+   * relink, code copies). Under READ COMMITTED, FOR UPDATE waits for a concurrent change of that
+   * row to commit and returns its committed version (re-checking the WHERE: a waiter cancelled
+   * meanwhile is not returned). Lock order is always the holder (`uid`, locked by the caller)
+   * before its waiter, the order of the chain.
+   */
   async findWaiter(trx: Trx, uid: string): Promise<ShipmentRow | undefined> {
-    return trx.selectFrom('shipments').selectAll().where('waits_on_uid', '=', uid).where('state_code', '=', 'LockerAssigned').executeTakeFirst();
+    let q = trx.selectFrom('shipments').selectAll().where('waits_on_uid', '=', uid).where('state_code', '=', 'LockerAssigned');
+    if (this.ctx.db.engine === 'postgres') q = q.forUpdate();
+    return q.executeTakeFirst();
   }
 
   async checkUser(trx: Trx, tenant: TenantPrincipal, uid: string, field: string): Promise<void> {
@@ -257,6 +267,11 @@ export class ShipmentService {
    * way it swaps nothing. Its new drop-off codes are re-copied to a shipment waiting on it.
    */
   private async relink(trx: Trx, waiter: ShipmentRow, onUid: string, kind: WaitKind, now: string): Promise<void> {
+    // The waiter now waits on `onUid`: a concurrent job on that shipment (its pick-up, which hands
+    // its locker to its waiter) must see the new waiter, so it is locked too (PostgreSQL). This
+    // takes a holder after a waiter (against the chain order): a deadlock with that job is
+    // retried by the TxRunner.
+    if (this.ctx.db.engine === 'postgres') await this.load(trx, onUid);
     const swaps = kind === 'swap' ? onUid : null;
     await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps, updated_at: now }).where('uid', '=', waiter.uid).execute();
     const moved: ShipmentRow = { ...waiter, waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps };
