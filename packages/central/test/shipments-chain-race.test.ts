@@ -5,6 +5,8 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { PUP_A1 } from './support/fixtures';
+import { shipmentService } from '../src/shipments/service';
+import type { PgTxRunner } from '../src/shipments/tx';
 import { addUser, booking, codes, dropOff, lockerHolder, lockerOf, ok, shipment, simulate, transitions } from './shipments-helpers';
 
 const ITER = 12;
@@ -29,6 +31,9 @@ describeEngines('shipments: concurrent changes on a chain', (engine) => {
     const b = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ...booking(), SwapsShipmentUid: a, ...bOver }))).shipmentUid as string;
     return { a, b, pup: sa.bookedPupUid as string, lockerName: sa.bookedLockerName as string, pickPin };
   }
+
+  /** PostgreSQL: jobs run again after a deadlock or serialization failure (PgTxRunner) */
+  const retriesSoFar = () => (shipmentService(t.ctx).tx as Partial<PgTxRunner>).stats?.retries ?? 0;
 
   async function outboxStates(uid: string): Promise<string[]> {
     const rows = await t.ctx.db.kysely.selectFrom('callback_outbox').select(['sequence', 'payload']).where('shipment_uid', '=', uid).orderBy('sequence').execute();
@@ -77,6 +82,31 @@ describeEngines('shipments: concurrent changes on a chain', (engine) => {
       const tr = await transitions(t, c.b);
       expect(tr.map((r) => r.seq)).toEqual(tr.map((_, k) => k + 1));
       await cleanUp(c.a, c.b);
+    }
+  });
+
+  it('A <- B <- C: pick-up of A concurrent with CancelShipment on B: C moves up or takes the locker, never left behind; no deadlock', async () => {
+    for (let i = 0; i < ITER; i++) {
+      const c = await chain({ ToUserUid: user });
+      const third = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking(), SwapsShipmentUid: c.b }))).shipmentUid as string;
+      const locker = await lockerOf(t, c.a);
+      const retries = retriesSoFar();
+      const [p, x] = await Promise.all([simulate(t, c.pup, c.lockerName, c.pickPin), t.post('/v1/Logistics/CancelShipment', { shipmentUid: c.b })]);
+      // a deadlock would be detected (after deadlock_timeout, 1 s) and the job retried: both would
+      // still succeed, but the chain's lock order (holder first) avoids it
+      expect(retriesSoFar()).toBe(retries);
+      expect({ pickUp: p.status, cancel: x.status }).toEqual({ pickUp: 200, cancel: 200 });
+      expect((await shipment(t, c.a)).stateCode).toBe('PickedUp');
+      expect((await shipment(t, c.b)).stateCode).toBe('Cancelled');
+      // cancel first: C swaps A, picked up with it (ReadyForPickup); pick-up first: B got the
+      // locker and was cancelled, C takes it over (ReadyForDropoff)
+      expect(['ReadyForPickup', 'ReadyForDropoff']).toContain((await shipment(t, third)).stateCode);
+      expect(await lockerHolder(t, locker!)).toBe(third);
+      for (const u of [c.b, third]) {
+        const tr = await transitions(t, u);
+        expect(tr.map((r) => r.seq)).toEqual(tr.map((_, k) => k + 1));
+      }
+      await cleanUp(third);
     }
   });
 });
