@@ -3,8 +3,16 @@
 // (the rows are in the database). Several central instances may share one database: a row is
 // claimed with a lease (a conditional UPDATE that only one instance wins) before it is sent.
 //
-// Ordering: only the head of a shipment's queue (its lowest pending sequence) is ever a candidate,
-// so sequence n+1 is not sent before n got a 2xx. A failing shipment only delays itself.
+// Ordering: only the head of a shipment's queue (its lowest pending sequence) is ever sent, so
+// sequence n+1 is not sent before n got a 2xx. A failing shipment only delays itself.
+//
+// Poll cost: a message queued behind an undelivered one of its shipment is "parked" when a poll
+// sees it (its next_attempt_at is moved ahead by its age, at least PARK_MIN_MS, at most
+// PARK_MAX_MS), and moved back to now, in the transaction that records its predecessor delivered
+// or skipped. So while a receiver is down, the messages behind its failing heads are not due, and a
+// poll (due pending rows by next_attempt_at: index callback_outbox_due, LIMIT) reads only heads,
+// newly queued rows and the few parked ones whose park ran out; however large the backlog. The park
+// is only a safety net: a wake-up lost in a race between instances costs at most PARK_MAX_MS.
 import type { Kysely } from 'kysely';
 import { sql } from 'kysely';
 import type { AppContext, Worker } from '../context';
@@ -19,6 +27,11 @@ import { backoffMs } from './backoff';
 
 export const CALLBACK_WORKER_NAME = 'callbacks.delivery';
 const LEASE_MARGIN_MS = 60_000;
+/** how far a message waiting behind an undelivered predecessor is moved ahead (see above) */
+export const PARK_MIN_MS = 60_000;
+export const PARK_MAX_MS = 60 * 60_000;
+/** a poll reads at most max(2 x free delivery slots, POLL_BATCH) candidate rows */
+const POLL_BATCH = 256;
 const USER_AGENT = 'locker-central-callbacks/1';
 
 type OutboxRow = CallbackOutboxTable;
@@ -47,7 +60,7 @@ export class CallbackDeliveryWorker implements Worker {
   private unsubscribe: (() => void) | null = null;
   private log!: Logger;
   /** counts since start (for operators and tests) */
-  readonly stats = { delivered: 0, failed: 0 };
+  readonly stats = { delivered: 0, failed: 0, polls: 0, examined: 0, parked: 0 };
 
   constructor(
     private readonly ctx: AppContext,
@@ -118,50 +131,71 @@ export class CallbackDeliveryWorker implements Worker {
       });
   }
 
-  /** Claims due queue heads up to the free delivery slots and starts sending them. */
+  /**
+   * Claims due queue heads up to the free delivery slots and starts sending them; parks the
+   * candidates that are queued behind a pending message of their shipment. One bounded read per
+   * poll: when it was cut by the limit, the next poll follows at once (a backlog queued before
+   * this version is parked batch by batch, the event loop free in between).
+   */
   private async fill(): Promise<void> {
     const cfg = this.ctx.config.callbacks;
     let free = cfg.concurrency - this.inflight.size;
     if (free <= 0 || !this.running) return;
-    const now = toDbTime(this.ctx.clock.now());
-    const busy = [...this.inflight.keys()];
-    let q = this.db
-      .selectFrom('callback_outbox as o')
-      .selectAll('o')
-      .where('o.status', '=', 'pending')
-      .where('o.next_attempt_at', '<=', now)
-      .where((eb) => eb.or([eb('o.lease_until', 'is', null), eb('o.lease_until', '<', now)]))
-      .where((eb) =>
-        eb.not(
-          eb.exists(
-            eb
-              .selectFrom('callback_outbox as p')
-              .select('p.event_id')
-              .whereRef('p.shipment_uid', '=', 'o.shipment_uid')
-              .where('p.status', '=', 'pending')
-              .whereRef('p.sequence', '<', 'o.sequence'),
-          ),
-        ),
-      );
-    if (busy.length) q = q.where('o.shipment_uid', 'not in', busy);
-    const candidates = await q.orderBy('o.next_attempt_at').orderBy('o.created_at').limit(free * 2).execute();
-    for (const row of candidates) {
-      if (free <= 0 || !this.running) break;
-      if (this.inflight.has(row.shipment_uid)) continue;
-      if (!(await this.claim(row, now))) continue;
-      free--;
-      const abort = new AbortController();
-      const entry: InFlight = { eventId: row.event_id, abort, done: Promise.resolve() };
-      this.inflight.set(row.shipment_uid, entry);
-      entry.done = this.deliver(row, abort.signal)
-        .catch((err) => {
-          this.log.error({ eventId: row.event_id, err: { message: (err as Error).message } }, 'callback delivery bookkeeping failed');
-        })
-        .finally(() => {
-          this.inflight.delete(row.shipment_uid);
-          this.wake(0);
-        });
+    try {
+      const now = toDbTime(this.ctx.clock.now());
+      const limit = Math.max(free * 2, POLL_BATCH);
+      const candidates = await candidateQuery(this.db, now, limit, [...this.inflight.keys()]).execute();
+      this.stats.examined += candidates.length;
+      const behind = candidates.filter((r) => isTrue(r.behind));
+      if (behind.length) await this.park(behind);
+      this.stats.parked += behind.length;
+      for (const { behind: isBehind, ...row } of candidates) {
+        if (isTrue(isBehind)) continue;
+        if (free <= 0 || !this.running) break;
+        if (this.inflight.has(row.shipment_uid)) continue;
+        if (!(await this.claim(row, now))) continue;
+        free--;
+        this.start1(row);
+      }
+      if (candidates.length === limit && behind.length > 0 && free > 0) this.again = true; // (parking made progress)
+    } finally {
+      this.stats.polls++;
     }
+  }
+
+  private start1(row: OutboxRow): void {
+    const abort = new AbortController();
+    const entry: InFlight = { eventId: row.event_id, abort, done: Promise.resolve() };
+    this.inflight.set(row.shipment_uid, entry);
+    entry.done = this.deliver(row, abort.signal)
+      .catch((err) => {
+        this.log.error({ eventId: row.event_id, err: { message: (err as Error).message } }, 'callback delivery bookkeeping failed');
+      })
+      .finally(() => {
+        this.inflight.delete(row.shipment_uid);
+        this.wake(0);
+      });
+  }
+
+  /** Moves messages still queued behind a pending one of their shipment ahead (see above). */
+  private async park(rows: OutboxRow[]): Promise<void> {
+    const t = this.ctx.clock.now().getTime();
+    const until = (r: OutboxRow) => toDbTime(new Date(t + Math.min(PARK_MAX_MS, Math.max(PARK_MIN_MS, t - new Date(r.created_at).getTime()))));
+    const cases = sql.join(rows.map((r) => sql`when ${r.event_id} then ${until(r)}`), sql` `);
+    await this.db
+      .updateTable('callback_outbox')
+      .set({ next_attempt_at: sql<string>`case event_id ${cases} end` })
+      .where(
+        'event_id',
+        'in',
+        rows.map((r) => r.event_id),
+      )
+      // only the primary key selects the rows (a status/next_attempt_at condition here made SQLite
+      // pick the due index and read the whole due backlog); a row that is behind is pending
+      .where(
+        sql<boolean>`exists (select 1 from callback_outbox p where p.shipment_uid = callback_outbox.shipment_uid and p.status = 'pending' and p.sequence < callback_outbox.sequence)`,
+      )
+      .execute();
   }
 
   /** Takes the row for this worker; false when another worker has it or it is no longer a due head. */
@@ -180,17 +214,34 @@ export class CallbackDeliveryWorker implements Worker {
     return Number(res.numUpdatedRows) === 1;
   }
 
+  /**
+   * Records a message's final outcome (delivered or skipped) and makes the next message of its
+   * shipment due now (it may have been parked behind this one), in one transaction.
+   */
+  private async finish(row: OutboxRow, set: Partial<OutboxRow>): Promise<void> {
+    const now = toDbTime(this.ctx.clock.now());
+    await this.db.transaction().execute(async (trx) => {
+      const res = await trx.updateTable('callback_outbox').set(set).where('event_id', '=', row.event_id).where('lease_owner', '=', this.owner).executeTakeFirst();
+      if (Number(res.numUpdatedRows) !== 1) return;
+      await trx
+        .updateTable('callback_outbox')
+        .set({ next_attempt_at: now })
+        .where('shipment_uid', '=', row.shipment_uid)
+        .where('status', '=', 'pending')
+        .where('next_attempt_at', '>', now)
+        .where('attempts', '=', 0)
+        .where(sql<boolean>`sequence = (select min(p.sequence) from callback_outbox p where p.shipment_uid = ${row.shipment_uid} and p.status = 'pending')`)
+        .execute();
+    });
+  }
+
   private async deliver(row: OutboxRow, stopSignal: AbortSignal): Promise<void> {
     const cfg = this.ctx.config.callbacks;
     const reg = await loadCallbackRegistration(this.db, row.tenant_uid);
     const mine = (eb: any) => eb.and([eb('event_id', '=', row.event_id), eb('lease_owner', '=', this.owner)]);
     if (!reg?.url) {
       // Callbacks were disabled after the message was queued: it is not delivered.
-      await this.db
-        .updateTable('callback_outbox')
-        .set({ status: 'skipped', lease_until: null, lease_owner: null, last_error: 'no callback URL configured' })
-        .where(mine)
-        .execute();
+      await this.finish(row, { status: 'skipped', lease_until: null, lease_owner: null, last_error: 'no callback URL configured' });
       this.log.info({ eventId: row.event_id, shipmentUid: row.shipment_uid, tenantUid: row.tenant_uid }, 'callback skipped: callbacks disabled');
       return;
     }
@@ -228,11 +279,7 @@ export class CallbackDeliveryWorker implements Worker {
     const attempts = row.attempts + 1;
     const where = { eventId: row.event_id, shipmentUid: row.shipment_uid, sequence: row.sequence, tenantUid: row.tenant_uid, attempts, to: loggableOrigin(reg.url) };
     if (error == null) {
-      await this.db
-        .updateTable('callback_outbox')
-        .set({ status: 'delivered', attempts, delivered_at: toDbTime(done), last_status: status, last_error: null, lease_until: null, lease_owner: null })
-        .where(mine)
-        .execute();
+      await this.finish(row, { status: 'delivered', attempts, delivered_at: toDbTime(done), last_status: status, last_error: null, lease_until: null, lease_owner: null });
       this.stats.delivered++;
       this.log.debug({ ...where, status }, 'callback delivered');
       return;
@@ -248,6 +295,30 @@ export class CallbackDeliveryWorker implements Worker {
     this.log.warn({ ...where, status, error, retryInMs: delay }, 'callback delivery failed; will retry');
   }
 }
+
+/**
+ * The poll's candidate query: due pending messages without a live lease, the earliest first (the
+ * order of the index callback_outbox_due (status, next_attempt_at), so it stops after `limit`
+ * rows), each with whether an earlier message of its shipment is still pending (`behind`: one
+ * lookup in the unique (shipment_uid, sequence) index). Exported for tests (EXPLAIN).
+ */
+export function candidateQuery(db: Kysely<Database>, now: string, limit: number, busyShipments: string[] = []) {
+  let q = db
+    .selectFrom('callback_outbox as o')
+    .selectAll('o')
+    .select(
+      sql<number | boolean>`exists (select 1 from callback_outbox p where p.shipment_uid = o.shipment_uid and p.status = 'pending' and p.sequence < o.sequence)`.as(
+        'behind',
+      ),
+    )
+    .where('o.status', '=', 'pending')
+    .where('o.next_attempt_at', '<=', now)
+    .where((eb) => eb.or([eb('o.lease_until', 'is', null), eb('o.lease_until', '<', now)]));
+  if (busyShipments.length) q = q.where('o.shipment_uid', 'not in', busyShipments);
+  return q.orderBy('o.next_attempt_at').limit(limit);
+}
+
+const isTrue = (v: unknown) => v === true || Number(v) === 1;
 
 class StopSignal extends Error {
   constructor() {

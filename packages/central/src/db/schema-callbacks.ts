@@ -44,7 +44,7 @@ export interface IdempotencyKeysTable {
   idem_key: string;
   /** sha256 of method, route and the normalized JSON body */
   request_hash: string;
-  /** pending (the first request is running) | done (response_* hold its answer) */
+  /** pending (the first request is running) | done (response_* hold its answer) | unknown (it ran; its answer could not be stored: a repeat is refused) */
   status: string;
   /** a pending reservation older than this is abandoned (its process died) and can be taken over */
   locked_until: string;

@@ -14,6 +14,13 @@
 //    every failed command is a 400, product.md).
 // Answers with status >= 500 are not stored (the key is released, a retry runs the call again):
 // the handler's transaction rolled back, so running it again is safe.
+//
+// Storing the answer (after the handler committed) is retried (STORE_RETRIES_MS). If it still
+// fails, a repeat must not run the call again, as the outcome is known only to this process:
+//  - the key is marked `unknown` in the store (when that write works): a repeat on any instance
+//    gets 400 IdempotencyKeyOutcomeUnknown, never a second run and never a take-over;
+//  - this process keeps the answer in memory and replays it to a repeat, and keeps trying to store
+//    it in the background (STORE_BACKGROUND_MS) until it is stored or the key expires.
 import crypto from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { AppContext, Worker } from '../context';
@@ -24,6 +31,16 @@ export const IDEMPOTENCY_HEADER = 'idempotency-key';
 export const REPLAYED_HEADER = 'idempotent-replayed';
 const KEY_RE = /^[\x20-\x7e]{1,255}$/;
 const WAIT_STEP_MS = 25;
+/** delays before the second, third ... attempt to store an answer (in the request) */
+const STORE_RETRIES_MS = [10, 50, 200];
+/** delay between background attempts to store an answer that could not be stored in the request */
+export const STORE_BACKGROUND_MS = 1000;
+
+interface Answer {
+  status: number;
+  body: string;
+  type: string;
+}
 
 /** Counters a test can watch (a repeat that found the key pending and waits for the first answer). */
 export const idempotencyStats = { waits: 0 };
@@ -62,6 +79,13 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
   const log = ctx.log.child({ ns: 'central.idempotency' });
   const cfg = () => ctx.config.idempotency ?? { ttlHours: 24, waitMs: 5000, lockSeconds: 60 };
   app.decorateRequest('idempotency', null);
+  // answers this process could not store yet (tenant \n key): replayed from here, stored in the background
+  const unstored = new Map<string, { answer: Answer; hash: string; expiresAt: number; timer: NodeJS.Timeout | null }>();
+  const mapKey = (tenantUid: string, key: string) => `${tenantUid}\n${key}`;
+  app.addHook('onClose', async () => {
+    for (const u of unstored.values()) if (u.timer) clearTimeout(u.timer);
+    unstored.clear();
+  });
 
   const replay = (reply: FastifyReply, row: { response_status: number | null; response_body: string | null; response_type: string | null }) =>
     reply
@@ -82,6 +106,12 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
     const tenantUid = req.tenant.uid;
     const hash = requestHash(req.method, req.routeOptions.url ?? req.url, req.body);
     const waitUntil = Date.now() + cfg().waitMs;
+    const mem = unstored.get(mapKey(tenantUid, key));
+    if (mem && mem.expiresAt > ctx.clock.now().getTime()) {
+      if (mem.hash !== hash) throw new ApiError('IdempotencyKeyReused', 'Idempotency-Key was already used with a different request (body or endpoint); use a new key for a new request', 400);
+      log.debug({ tenantUid, route: req.routeOptions.url }, 'idempotent replay of an answer not stored yet');
+      return replay(reply, { response_status: mem.answer.status, response_body: mem.answer.body, response_type: mem.answer.type });
+    }
 
     for (let round = 0; ; round++) {
       const now = ctx.clock.now();
@@ -120,6 +150,13 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
         log.debug({ tenantUid, route: req.routeOptions.url }, 'idempotent replay');
         return replay(reply, row);
       }
+      if (row.status === 'unknown') {
+        throw new ApiError(
+          'IdempotencyKeyOutcomeUnknown',
+          'the first request with this Idempotency-Key ran, but its answer could not be stored: it is not run again; read the outcome (e.g. GetShipments by referenceNo) before sending a new key',
+          400,
+        );
+      }
       // Pending: the first request still runs, or its process died (take over after the lock).
       if (row.locked_until <= nowS) {
         const took = await db
@@ -150,26 +187,87 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
     await db.deleteFrom('idempotency_keys').where('tenant_uid', '=', r.tenantUid).where('idem_key', '=', r.key).where('status', '=', 'pending').execute();
   };
 
+  const storeAnswer = (r: Reservation, a: Answer) =>
+    db
+      .updateTable('idempotency_keys')
+      .set({ status: 'done', response_status: a.status, response_body: a.body, response_type: a.type })
+      .where('tenant_uid', '=', r.tenantUid)
+      .where('idem_key', '=', r.key)
+      .execute();
+
+  /** Stores the answer, retrying; false when every attempt failed. */
+  const storeWithRetries = async (r: Reservation, a: Answer): Promise<boolean> => {
+    for (let i = 0; ; i++) {
+      try {
+        await storeAnswer(r, a);
+        return true;
+      } catch (err) {
+        log.warn({ attempt: i + 1, err: { message: (err as Error).message } }, 'could not store the idempotent answer; retrying');
+        if (i >= STORE_RETRIES_MS.length) return false;
+        await sleep(STORE_RETRIES_MS[i]!);
+      }
+    }
+  };
+
+  /** The answer could not be stored: no repeat may run the call again (see the header). */
+  const outcomeUnknown = async (r: Reservation, a: Answer, hash: string) => {
+    const expiresAt = ctx.clock.now().getTime() + cfg().ttlHours * 3_600_000;
+    const k = mapKey(r.tenantUid, r.key);
+    const entry = { answer: a, hash, expiresAt, timer: null as NodeJS.Timeout | null };
+    unstored.set(k, entry);
+    try {
+      // never taken over: locked as long as the key lives
+      await db
+        .updateTable('idempotency_keys')
+        .set({ status: 'unknown', locked_until: toDbTime(new Date(expiresAt)) })
+        .where('tenant_uid', '=', r.tenantUid)
+        .where('idem_key', '=', r.key)
+        .where('status', '=', 'pending')
+        .execute();
+    } catch (err) {
+      log.error({ err: { message: (err as Error).message } }, 'could not mark the idempotency key as outcome unknown');
+    }
+    const again = () => {
+      entry.timer = setTimeout(() => {
+        entry.timer = null;
+        if (unstored.get(k) !== entry) return;
+        if (ctx.clock.now().getTime() >= expiresAt) {
+          unstored.delete(k);
+          return;
+        }
+        storeAnswer(r, a).then(
+          () => {
+            unstored.delete(k);
+            log.info({ tenantUid: r.tenantUid }, 'idempotent answer stored after all');
+          },
+          () => again(),
+        );
+      }, STORE_BACKGROUND_MS);
+      entry.timer.unref();
+    };
+    again();
+  };
+
   app.addHook('onSend', async (req, reply, payload) => {
     const r = req.idempotency;
     if (!r || r.settled) return payload;
     const status = reply.statusCode;
     const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : null;
-    try {
-      if (status >= 500 || body == null) {
+    if (status >= 500 || body == null) {
+      try {
         await release(r);
-      } else {
-        r.settled = true;
-        const type = reply.getHeader('content-type');
-        await db
-          .updateTable('idempotency_keys')
-          .set({ status: 'done', response_status: status, response_body: body, response_type: typeof type === 'string' ? type : 'application/json; charset=utf-8' })
-          .where('tenant_uid', '=', r.tenantUid)
-          .where('idem_key', '=', r.key)
-          .execute();
+      } catch (err) {
+        // still pending: taken over after lockSeconds (the handler's transaction rolled back)
+        log.error({ err: { message: (err as Error).message } }, 'could not release the idempotency key');
       }
-    } catch (err) {
-      log.error({ err: { message: (err as Error).message } }, 'could not store the idempotent answer');
+      return payload;
+    }
+    r.settled = true;
+    const type = reply.getHeader('content-type');
+    const answer: Answer = { status, body, type: typeof type === 'string' ? type : 'application/json; charset=utf-8' };
+    if (!(await storeWithRetries(r, answer))) {
+      log.error({ tenantUid: r.tenantUid, route: req.routeOptions.url }, 'could not store the idempotent answer: a repeat gets IdempotencyKeyOutcomeUnknown');
+      await outcomeUnknown(r, answer, requestHash(req.method, req.routeOptions.url ?? req.url, req.body));
     }
     return payload;
   });

@@ -2,7 +2,7 @@
 // write runs in one transaction (TxRunner: group commit on SQLite) and every state change goes
 // through the pure state machine, is stored with its cause (shipment_transitions) and queues a
 // ShipmentStatusUpdate in the same transaction (enqueueShipmentStatus).
-import type { Selectable } from 'kysely';
+import { sql, type Selectable } from 'kysely';
 import type { AppContext, TenantPrincipal } from '../context';
 import type { Logger } from '../logger';
 import type { ShipmentsTable } from '../db/schema-shipments';
@@ -103,11 +103,27 @@ export class ShipmentService {
 
   // ---- loading -------------------------------------------------------------------------------
 
-  /** Loads a shipment for a change (row-locked on PostgreSQL). */
+  /**
+   * Loads a shipment for a change (row-locked on PostgreSQL). A shipment waiting on another one is
+   * locked after that one (the holder), in one statement: locks are always taken in the chain's
+   * order (holder before waiter), as a holder's event does (findWaiter), so a job on a waiter that
+   * ends up changing or locking its holder (a relink on cancel, rotateCodes) does not deadlock with
+   * a concurrent event of the holder.
+   */
   async load(trx: Trx, uid: string): Promise<ShipmentRow | undefined> {
-    let q = trx.selectFrom('shipments').selectAll().where('uid', '=', uid);
-    if (this.ctx.db.engine === 'postgres') q = q.forUpdate();
-    return q.executeTakeFirst();
+    if (this.ctx.db.engine !== 'postgres') return trx.selectFrom('shipments').selectAll().where('uid', '=', uid).executeTakeFirst();
+    for (let attempt = 0; ; attempt++) {
+      const rows = await trx
+        .selectFrom('shipments')
+        .selectAll()
+        .where((eb) => eb.or([eb('uid', '=', uid), eb('uid', '=', eb.selectFrom('shipments as w').select('w.waits_on_uid').where('w.uid', '=', uid))]))
+        .orderBy(sql`uid = ${uid}`) // false first: the holder, then the shipment (rows are locked in this order)
+        .forUpdate()
+        .execute();
+      const row = rows.find((r) => r.uid === uid);
+      // its holder changed between the statement's snapshot and the lock (a concurrent relink): lock the new one too
+      if (!row || !row.waits_on_uid || rows.some((r) => r.uid === row.waits_on_uid) || attempt >= 2) return row;
+    }
   }
 
   /** A shipment of this tenant; another tenant's shipment behaves as unknown (InvalidShipment). */
@@ -117,8 +133,18 @@ export class ShipmentService {
     return row;
   }
 
+  /**
+   * The shipment waiting on `uid`'s locker, row-locked on PostgreSQL like load(): a job that looks
+   * at the waiter decides from it (the state machine's `waiter`) and may change it (hand-over,
+   * relink, code copies). Under READ COMMITTED, FOR UPDATE waits for a concurrent change of that
+   * row to commit and returns its committed version (re-checking the WHERE: a waiter cancelled
+   * meanwhile is not returned). Lock order is always the holder (`uid`, locked by the caller)
+   * before its waiter, the order of the chain.
+   */
   async findWaiter(trx: Trx, uid: string): Promise<ShipmentRow | undefined> {
-    return trx.selectFrom('shipments').selectAll().where('waits_on_uid', '=', uid).where('state_code', '=', 'LockerAssigned').executeTakeFirst();
+    let q = trx.selectFrom('shipments').selectAll().where('waits_on_uid', '=', uid).where('state_code', '=', 'LockerAssigned');
+    if (this.ctx.db.engine === 'postgres') q = q.forUpdate();
+    return q.executeTakeFirst();
   }
 
   async checkUser(trx: Trx, tenant: TenantPrincipal, uid: string, field: string): Promise<void> {
@@ -257,6 +283,10 @@ export class ShipmentService {
    * way it swaps nothing. Its new drop-off codes are re-copied to a shipment waiting on it.
    */
   private async relink(trx: Trx, waiter: ShipmentRow, onUid: string, kind: WaitKind, now: string): Promise<void> {
+    // The waiter now waits on `onUid`: a concurrent job on that shipment (its pick-up, which hands
+    // its locker to its waiter) must see the new waiter, so it is locked too (PostgreSQL). It is
+    // the holder of the cancelled shipment, which load() already locked before it (chain order).
+    if (this.ctx.db.engine === 'postgres') await this.load(trx, onUid);
     const swaps = kind === 'swap' ? onUid : null;
     await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps, updated_at: now }).where('uid', '=', waiter.uid).execute();
     const moved: ShipmentRow = { ...waiter, waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps };

@@ -18,10 +18,35 @@ export interface TxRunner {
   run<T>(job: TxJob<T>): Promise<T>;
 }
 
+/**
+ * A PostgreSQL error after which the whole job can simply run again: a deadlock (40P01) or
+ * serialization failure (40001) rolled the transaction back, or two jobs wrote the same transition
+ * of a shipment (shipment_transitions_pk: one decided from a row another changed; the shipment
+ * service locks every shipment it changes, so this is a safety net).
+ */
+export function isRetryablePgError(e: unknown): boolean {
+  const err = e as { code?: unknown; constraint?: unknown } | null;
+  if (!err || typeof err !== 'object') return false;
+  if (err.code === '40P01' || err.code === '40001') return true;
+  return err.code === '23505' && err.constraint === 'shipment_transitions_pk';
+}
+
+export const PG_TX_ATTEMPTS = 5;
+
 export class PgTxRunner implements TxRunner {
+  readonly stats = { retries: 0 };
   constructor(private readonly db: Db) {}
-  run<T>(job: TxJob<T>): Promise<T> {
-    return this.db.kysely.transaction().execute(job);
+  async run<T>(job: TxJob<T>): Promise<T> {
+    // Jobs only touch the database (see above), so a rolled-back attempt left nothing behind.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.db.kysely.transaction().execute(job);
+      } catch (e) {
+        if (attempt >= PG_TX_ATTEMPTS || !isRetryablePgError(e)) throw e;
+        this.stats.retries++;
+        await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
+      }
+    }
   }
 }
 

@@ -9,6 +9,7 @@ import * as m201 from './201_booking_candidates';
 import * as m202 from './202_booking_write_path';
 import * as m300 from './300_callbacks';
 import * as m301 from './301_outbox_indexes';
+import * as m302 from './302_outbox_park';
 import * as m400 from './400_edge';
 import * as m401 from './401_edge_seq_bigint';
 
@@ -21,6 +22,7 @@ export const migrations: Record<string, Migration> = {
   '202_booking_write_path': m202,
   '300_callbacks': m300,
   '301_outbox_indexes': m301,
+  '302_outbox_park': m302,
   '400_edge': m400,
   '401_edge_seq_bigint': m401,
 };
