@@ -72,6 +72,16 @@ describeEngines('PickupPoints API', (engine) => {
       expect(item.externalReference).toBe('EXT-A2');
     });
 
+    it('includeDetails: a PUP provisioned without an external reference shows "" (a string, as the API document types it)', async () => {
+      await t.ctx.db.kysely.updateTable('pups').set({ external_reference: null }).where('uid', '=', PUP_A2).execute();
+      try {
+        const res = await t.post(GET_PUPS, { pageNo: 1, pageSize: 10, includeDetails: true, pupUid: PUP_A2 });
+        expect(res.body.items[0].externalReference).toBe('');
+      } finally {
+        await t.ctx.db.kysely.updateTable('pups').set({ external_reference: 'EXT-A2' }).where('uid', '=', PUP_A2).execute();
+      }
+    });
+
     it('includeDetails=false (explicit) omits the details', async () => {
       const res = await t.post(GET_PUPS, { pageNo: 1, pageSize: 10, includeDetails: false });
       for (const item of res.body.items) expect(Object.keys(item).sort()).toEqual(['name', 'pupUid', 'timeZone']);

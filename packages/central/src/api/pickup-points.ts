@@ -21,7 +21,7 @@ export const PickUpPoint = z.object({
   locationAddress: PupAddress.optional().describe('only with includeDetails=true'),
   deliveryAddress: PupAddress.optional().describe('only with includeDetails=true'),
   parkingAddress: PupAddress.nullable().optional().describe('only with includeDetails=true; null when none'),
-  externalReference: z.string().nullable().optional().describe('only with includeDetails=true; null when none'),
+  externalReference: z.string().optional().describe('only with includeDetails=true; "" when none was provisioned'),
 });
 
 export const Locker = z.object({ pupUid: z.string(), lockerUid: z.string(), name: z.string(), dimension: Dimension });

@@ -27,7 +27,7 @@ export interface PickUpPointItem {
   locationAddress?: ApiAddress;
   deliveryAddress?: ApiAddress;
   parkingAddress?: ApiAddress | null;
-  externalReference?: string | null;
+  externalReference?: string;
 }
 
 export interface LockerItem {
@@ -144,7 +144,7 @@ export class PickupPointQueries {
         item.locationAddress = location;
         item.deliveryAddress = addressFromJson(p.delivery_address) ?? location;
         item.parkingAddress = addressFromJson(p.parking_address);
-        item.externalReference = p.external_reference ?? null;
+        item.externalReference = p.external_reference ?? ''; // a string, as the API document types it ("" when none was provisioned)
       }
       return item;
     });
