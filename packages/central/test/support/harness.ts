@@ -42,6 +42,8 @@ export interface TestServiceOptions {
 
 export interface TestService {
   engine: EngineName;
+  /** the PostgreSQL schema of this service (undefined on SQLite): a second service on the same store needs it */
+  pgSchema?: string;
   svc: CentralService;
   app: FastifyInstance;
   ctx: AppContext;
@@ -95,6 +97,7 @@ export async function createTestService(engine: EngineName, opts: TestServiceOpt
   const client = apiClient(app, ctx, secrets);
   const svcApi: TestService = {
     engine,
+    pgSchema,
     svc,
     app,
     ctx,
