@@ -114,6 +114,11 @@ export const ConfigSchema = z
         // each central instance needs its own (default: the user name, else locker-central-<hostname>)
         clientId: z.string().min(1).max(128).optional(),
         password: z.string().optional(),
+        // embedded broker: the largest MQTT packet a terminal may send (a PUBLISH's topic and
+        // payload); a larger one drops the connection (code snapshots to terminals are not limited)
+        maxMessageBytes: z.coerce.number().int().min(1024).default(256 * 1024),
+        // embedded broker: distinct topic filters one terminal connection may subscribe to
+        maxSubscriptions: z.coerce.number().int().min(1).default(16),
       })
       .strict()
       .prefault({}),
@@ -182,6 +187,8 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_MQTT_USERNAME: ['mqtt', 'username'],
   LOCKER_MQTT_CLIENT_ID: ['mqtt', 'clientId'],
   LOCKER_MQTT_PASSWORD: ['mqtt', 'password'],
+  LOCKER_MQTT_MAX_MESSAGE_BYTES: ['mqtt', 'maxMessageBytes'],
+  LOCKER_MQTT_MAX_SUBSCRIPTIONS: ['mqtt', 'maxSubscriptions'],
 };
 
 function readFile(file: string): Record<string, unknown> {

@@ -7,7 +7,7 @@ import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
 import { verifySecretAsync } from '../auth/secrets';
-import { TOPIC_ROOT, mayPublish, maySubscribe } from './topics';
+import { TOPIC_ROOT, mayPublish, maySubscribe, parseTopic } from './topics';
 import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
 
 export interface EmbeddedBrokerOptions {
@@ -25,7 +25,23 @@ export interface EmbeddedBrokerOptions {
   storedBeforeAck?: string[];
   /** throttling of failed terminal logins (defaults: AUTH_THROTTLE) */
   authThrottle?: Partial<AuthThrottle>;
+  /**
+   * Largest MQTT packet a terminal may send (the packet's remaining length: topic and payload of a
+   * PUBLISH), default MAX_TERMINAL_MESSAGE_BYTES. A larger one drops the connection as soon as its
+   * header is read, before the payload is buffered. Messages the central service publishes (code
+   * snapshots on down/) are not limited by it.
+   */
+  maxMessageBytes?: number;
+  /** distinct topic filters one terminal connection may subscribe to (default MAX_SUBSCRIPTIONS) */
+  maxSubscriptions?: number;
 }
+
+/** Default of mqtt.maxMessageBytes: far above the largest legitimate terminal message (a status). */
+export const MAX_TERMINAL_MESSAGE_BYTES = 256 * 1024;
+/** Default of mqtt.maxSubscriptions: a terminal needs its own down/codes and down/commands. */
+export const MAX_SUBSCRIPTIONS = 16;
+/** The only up/ topic a terminal publishes retained (its status and last will). */
+const RETAINED_KINDS = new Set(['status']);
 
 export interface AuthThrottle {
   /** failed logins of one terminal id from one address within windowMs before it is blocked */
@@ -56,10 +72,41 @@ export class EmbeddedBroker implements MessageBus {
   private readonly throttle: AuthThrottle;
   private readonly beforeAck: { filter: string; handler: Handler }[] = [];
   private readonly log: Logger;
+  private readonly maxMessageBytes: number;
+  private readonly maxSubscriptions: number;
+  /** the distinct filters each connection subscribed to (gone with the client object) */
+  private readonly subscriptions = new WeakMap<Client, { filters: Set<string>; warned: boolean }>();
 
   constructor(private readonly opts: EmbeddedBrokerOptions) {
     this.log = opts.log.child({ ns: 'central.mqtt.broker' });
     this.throttle = { ...AUTH_THROTTLE, ...opts.authThrottle };
+    this.maxMessageBytes = opts.maxMessageBytes ?? MAX_TERMINAL_MESSAGE_BYTES;
+    this.maxSubscriptions = opts.maxSubscriptions ?? MAX_SUBSCRIPTIONS;
+  }
+
+  private tooLarge(terminal: string | null, remote: string | undefined, bytes: number, cmd: string | undefined): void {
+    this.log.warn({ terminal, remote, cmd, bytes, maxBytes: this.maxMessageBytes, errorCode: 'MESSAGE_TOO_LARGE' }, 'terminal message larger than mqtt.maxMessageBytes refused; connection dropped');
+  }
+
+  /**
+   * Drops a connection as soon as the fixed header of a packet announces more than maxMessageBytes,
+   * before the parser buffers the rest (aedes has no packet size limit of its own). It hooks the
+   * length state of the client's mqtt-packet parser; authorizePublish checks the payload size again
+   * in case that internal ever changes.
+   */
+  private limitPacketSize(client: Client, socket: net.Socket): void {
+    const parser = (client as unknown as { _parser?: { packet: { cmd?: string; length: number }; _parseLength?: () => boolean } })._parser;
+    if (!parser || typeof parser._parseLength !== 'function') return;
+    const parseLength = parser._parseLength.bind(parser);
+    parser._parseLength = () => {
+      const ok = parseLength();
+      if (ok && parser.packet.length > this.maxMessageBytes) {
+        this.tooLarge(client.id ?? null, socket.remoteAddress, parser.packet.length, parser.packet.cmd);
+        socket.destroy();
+        return false;
+      }
+      return ok;
+    };
   }
 
   async start(): Promise<void> {
@@ -84,6 +131,20 @@ export class EmbeddedBroker implements MessageBus {
           this.log.warn({ terminal: client.id, topic: packet.topic }, 'publish outside own topics refused');
           return cb(new Error('not authorized'));
         }
+        const size = Buffer.byteLength(packet.payload as Buffer | string);
+        if (size > this.maxMessageBytes) {
+          this.tooLarge(client.id, (client.conn as { remoteAddress?: string } | undefined)?.remoteAddress, size, 'publish');
+          return cb(Object.assign(new Error('message too large'), { code: 'MESSAGE_TOO_LARGE' }));
+        }
+        // the protocol (docs/edge-protocol.md) is QoS 1 throughout, retained only on up/status
+        if (packet.qos === 2) {
+          this.log.warn({ terminal: client.id, topic: packet.topic, errorCode: 'QOS_NOT_ALLOWED' }, 'terminal publish with QoS 2 refused (the edge protocol uses QoS 0/1)');
+          return cb(new Error('QoS 2 not allowed'));
+        }
+        if (packet.retain && !RETAINED_KINDS.has(parseTopic(packet.topic)?.kind ?? '')) {
+          this.log.warn({ terminal: client.id, topic: packet.topic, errorCode: 'RETAIN_NOT_ALLOWED' }, 'retained terminal publish refused (only up/status is retained)');
+          return cb(new Error('retain not allowed'));
+        }
         // beforeAck subscribers run here, before aedes writes the PUBACK (QoS 1 acks first, then
         // delivers): the terminal's message is acknowledged only once they are done with it
         const hooks = this.beforeAck.filter((h) => topicMatches(h.filter, packet.topic));
@@ -104,14 +165,31 @@ export class EmbeddedBroker implements MessageBus {
         });
       },
       authorizeSubscribe: (client, sub, cb) => {
-        if (maySubscribe(client.id, sub.topic)) return cb(null, sub);
-        this.log.warn({ terminal: client.id, topic: sub.topic }, 'subscribe outside own topics refused');
-        cb(null, null); // SUBACK with a failure code for this filter
+        if (!maySubscribe(client.id, sub.topic)) {
+          this.log.warn({ terminal: client.id, topic: sub.topic }, 'subscribe outside own topics refused');
+          return cb(null, null); // SUBACK with a failure code for this filter
+        }
+        let subs = this.subscriptions.get(client);
+        if (!subs) this.subscriptions.set(client, (subs = { filters: new Set(), warned: false }));
+        if (!subs.filters.has(sub.topic) && subs.filters.size >= this.maxSubscriptions) {
+          if (!subs.warned) this.log.warn({ terminal: client.id, topic: sub.topic, maxSubscriptions: this.maxSubscriptions, errorCode: 'TOO_MANY_SUBSCRIPTIONS' }, 'terminal subscription over mqtt.maxSubscriptions refused');
+          subs.warned = true;
+          return cb(null, null);
+        }
+        subs.filters.add(sub.topic);
+        cb(null, sub);
       },
     });
     broker.on('clientError', (client, err) => this.log.debug({ terminal: client.id, err: err.message }, 'client error'));
+    broker.on('unsubscribe', (filters, client) => {
+      const subs = client && this.subscriptions.get(client);
+      if (subs) for (const f of filters) subs.filters.delete(f);
+    });
     this.broker = broker;
-    const server = net.createServer(broker.handle as (s: net.Socket) => void);
+    const server = net.createServer((socket) => {
+      const client = broker.handle(socket as never) as Client;
+      this.limitPacketSize(client, socket);
+    });
     const listen = (port: number) =>
       new Promise<void>((resolve, reject) => {
         server.once('error', reject);
