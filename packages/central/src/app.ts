@@ -1,5 +1,6 @@
 // Builds the central HTTP service as a fastify plugin. Only server.ts / service.ts listen.
 import crypto from 'node:crypto';
+import http from 'node:http';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import formbody from '@fastify/formbody';
@@ -156,8 +157,54 @@ export interface BuildAppOptions {
   logRequests?: boolean;
 }
 
+/**
+ * Errors fastify raises before any hook or the error handler runs (a URL whose percent-encoding
+ * is malformed, an over-long path parameter, a failing async route constraint): answered 400 with
+ * the envelope like every other malformed request, not fastify's own error body.
+ */
+function frameworkError(err: FastifyError, req: FastifyRequest, reply: FastifyReply) {
+  const msg =
+    err.code === 'FST_ERR_BAD_URL'
+      ? `malformed request URL: ${req.url.split('?')[0]} is not validly percent-encoded`
+      : err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+        ? 'malformed request URL: a path parameter is too long'
+        : `malformed request: ${err.message}`;
+  return envelopeError(reply, 400, 'InvalidRequest', msg);
+}
+
+/**
+ * Errors of the HTTP server itself, before fastify sees a request (a request not complete within
+ * http.requestTimeoutMs, oversized headers, unparsable HTTP): answered on the raw socket with the
+ * envelope, then the connection is closed (as fastify's default handler does, with its own body).
+ */
+function clientError(requestTimeoutMs: number) {
+  return function (this: FastifyInstance, err: NodeJS.ErrnoException, socket: import('node:net').Socket) {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, message] =
+      err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, `request not received completely within ${requestTimeoutMs} ms`]
+        : err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'request headers too large']
+          : [400, 'malformed HTTP request'];
+    const body = JSON.stringify({ success: false, error: 'InvalidRequest', message });
+    this.log.debug({ ns: 'central.http', code: err.code, status }, 'client error');
+    if (socket.writable) {
+      socket.write(`HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json; charset=utf-8\r\nConnection: close\r\n\r\n${body}`);
+    }
+    socket.destroy();
+  };
+}
+
 export async function buildApp(ctx: AppContext, opts: BuildAppOptions = {}): Promise<FastifyInstance> {
+  const { requestTimeoutMs } = ctx.config.http;
   const app = Fastify({
+    frameworkErrors: frameworkError,
+    clientErrorHandler: clientError(requestTimeoutMs),
+    // A request must be complete (headers and body) within http.requestTimeoutMs, else Node
+    // answers 408 and closes the connection. Node checks that on a timer (30 s by default), so the
+    // check runs often enough for the configured timeout; headersTimeout may not exceed it.
+    requestTimeout: requestTimeoutMs,
+    http: requestTimeoutMs > 0 ? { requestTimeout: requestTimeoutMs, headersTimeout: Math.min(60_000, requestTimeoutMs), connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(requestTimeoutMs / 2))) } : {},
     loggerInstance: opts.logRequests === false ? undefined : ctx.log.child({ ns: 'central.http' }),
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: ctx.config.http.bodyLimitBytes,

@@ -19,6 +19,10 @@ export const ConfigSchema = z
         // Trust X-Forwarded-For / X-Forwarded-Proto (the client address of rate limiting and
         // logs). Only behind a reverse proxy that sets them; otherwise any client could spoof them.
         trustProxy: z.boolean().default(false),
+        // A request (headers and body) must arrive completely within this many milliseconds, else
+        // it is answered 408 and the connection closed (0 disables it: a client that sends headers
+        // and never finishes its body would hold the connection forever).
+        requestTimeoutMs: z.coerce.number().int().min(0).default(30_000),
         publicBaseUrl: z.string().url().optional(),
       })
       .strict()
@@ -155,6 +159,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_HTTP_UPLOAD_LIMIT_BYTES: ['http', 'uploadLimitBytes'],
   LOCKER_HTTP_RATE_LIMIT_PER_MINUTE: ['http', 'rateLimitPerMinute'],
   LOCKER_HTTP_TRUST_PROXY: ['http', 'trustProxy'],
+  LOCKER_HTTP_REQUEST_TIMEOUT_MS: ['http', 'requestTimeoutMs'],
   LOCKER_HTTP_PUBLIC_BASE_URL: ['http', 'publicBaseUrl'],
   LOCKER_DATABASE_URL: ['database', 'url'],
   LOCKER_DATABASE_SQLITE_SYNCHRONOUS: ['database', 'sqliteSynchronous'],
