@@ -4,7 +4,7 @@ import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as XLSX from 'xlsx';
 import { createTestService, describeEngines, type TestService } from './support/harness';
-import { COLUMNS, parseCsv, readWorkbook, SuggestionFileError, validateRows } from '../src/accounts/suggestions/parse';
+import { COLUMNS, mapHeader, MAX_COLUMNS, parseCsv, readWorkbook, SuggestionFileError, validateRows } from '../src/accounts/suggestions/parse';
 import { checkZipLimits, readZipDirectory, ZipLimitError } from '../src/accounts/suggestions/zip';
 
 interface ZipInput {
@@ -165,6 +165,29 @@ describe('rows: blank lines and the row limit (pure)', () => {
     const wb = (n: number) => workbook([[...COLUMNS], [], ...lines(n).map((l) => l.split(';'))]);
     expect(readWorkbook(wb(3), { maxRows: 3, maxUnpackedBytes: 64 * MB, maxRatio: 200 }).filter(Boolean)).toHaveLength(4);
     expect(fileError(() => readWorkbook(wb(4), { maxRows: 3, maxUnpackedBytes: 64 * MB, maxRatio: 200 })).message).toContain('limit of 3 data rows');
+  });
+});
+
+describe('wide rows, long fields, long headers (pure)', () => {
+  it('a CSV row with more than MAX_COLUMNS fields is InvalidRequest naming the row; exactly MAX_COLUMNS is fine', () => {
+    const head = COLUMNS.join(';');
+    expect(parseCsv(head + ';'.repeat(MAX_COLUMNS - COLUMNS.length))[0]).toHaveLength(MAX_COLUMNS);
+    const e = fileError(() => parseCsv(`${head}\nx@example.test${';'.repeat(2_000_000)}`));
+    expect(e.code).toBe('InvalidRequest');
+    expect(e.message).toBe(`file: row 2 has more than the limit of ${MAX_COLUMNS} columns`);
+  });
+  it('a header with many unknown columns gives a short message', () => {
+    const e = fileError(() => mapHeader([...COLUMNS, ...Array.from({ length: 5000 }, (_, i) => `c${i}`)]));
+    expect(e.code).toBe('InvalidHeader');
+    expect(e.message).toContain('unknown c0, c1, c2, c3, c4, c5, c6, c7, c8, c9 and 4990 more');
+    expect(e.message.length).toBeLessThan(300);
+  });
+  it('a 5 MB quoted (even unterminated) field is copied in slices, not char by char', () => {
+    const t0 = Date.now();
+    const rows = parseCsv(`${COLUMNS.join(';')}\n"${'a'.repeat(5_000_000)}`);
+    expect(Date.now() - t0).toBeLessThan(1_000);
+    expect(rows[1]![0]).toHaveLength(5_000_000);
+    expect(parseCsv('"a""b;c"\n"x\ny";z')).toEqual([['a"b;c'], ['x\ny', 'z']]);
   });
 });
 

@@ -71,6 +71,9 @@ const tooManyRows = (max: number) => new SuggestionFileError('InvalidRequest', `
  */
 export type Rows = (string[] | undefined)[];
 
+/** The most fields a CSV row may have (the file needs 7; a trailing ';' and spare columns are fine). */
+export const MAX_COLUMNS = 1000;
+
 const isBlank = (cells: string[]) => cells.every((c) => c.trim() === '');
 
 /**
@@ -100,17 +103,20 @@ export function parseCsv(text: string, maxRows = Infinity): Rows {
   while (i < s.length) {
     const c = s[i]!;
     if (quoted) {
-      if (c === '"') {
-        if (s[i + 1] === '"') {
-          field += '"';
-          i += 2;
-          continue;
-        }
-        quoted = false;
-        i++;
+      if (c !== '"') {
+        // copy up to the next quote in one slice (a 5 MB quoted field is not built char by char)
+        const j = s.indexOf('"', i);
+        const end = j < 0 ? s.length : j;
+        field += s.slice(i, end);
+        i = end;
         continue;
       }
-      field += c;
+      if (s[i + 1] === '"') {
+        field += '"';
+        i += 2;
+        continue;
+      }
+      quoted = false;
       i++;
       continue;
     }
@@ -118,11 +124,13 @@ export function parseCsv(text: string, maxRows = Infinity): Rows {
       quoted = true;
       i++;
     } else if (c === ';') {
+      if (row.length >= MAX_COLUMNS - 1) throw new SuggestionFileError('InvalidRequest', `file: row ${line + 1} has more than the limit of ${MAX_COLUMNS} columns`);
       row.push(field);
       field = '';
       i++;
     } else if (c === '\r' || c === '\n') {
-      endRow();
+      if (row.length === 0 && field === '') line++; // an empty line: nothing to keep or check
+      else endRow();
       i += c === '\r' && s[i + 1] === '\n' ? 2 : 1;
     } else {
       field += c;
@@ -205,10 +213,13 @@ export function mapHeader(header: string[] | undefined): Record<Column, number> 
     else index[col] = i;
   });
   const missing = COLUMNS.filter((c) => !(c in index));
+  // the message names at most 10 columns per problem: a header of thousands of columns must not
+  // become a response of megabytes
+  const list = (names: string[]) => (names.length > 10 ? `${names.slice(0, 10).join(', ')} and ${names.length - 10} more` : names.join(', '));
   const problems = [
     missing.length ? `missing ${missing.join(', ')}` : '',
-    unknown.length ? `unknown ${unknown.join(', ')}` : '',
-    dup.length ? `duplicate ${dup.join(', ')}` : '',
+    unknown.length ? `unknown ${list(unknown)}` : '',
+    dup.length ? `duplicate ${list(dup)}` : '',
   ].filter(Boolean);
   if (problems.length) throw new SuggestionFileError('InvalidHeader', `file: invalid header (${problems.join('; ')}); expected columns ${COLUMNS.join(', ')}`);
   return index;
