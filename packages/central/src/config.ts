@@ -104,6 +104,19 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    suggestions: z
+      .object({
+        // UploadAccountSuggestions: the most data rows one file may hold (more is InvalidRequest)
+        maxRows: z.coerce.number().int().positive().default(100_000),
+        // an .xlsx (a ZIP container) may unpack to at most this many bytes (a ZIP bomb guard)
+        maxUnpackedBytes: z.coerce.number().int().positive().default(64 * 1_048_576),
+        // an .xlsx part that unpacks to more than 1 MiB may be compressed at most this much
+        maxCompressionRatio: z.coerce.number().positive().default(200),
+        // the response lists at most this many rejected rows in errorLogs (errorCount stays exact)
+        maxErrorLogs: z.coerce.number().int().min(0).default(1000),
+      })
+      .strict()
+      .prefault({}),
     mqtt: z
       .object({
         // embedded: an aedes broker inside the central service; external: connect to url.
@@ -185,6 +198,10 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_EDGE_RECONCILE_SECONDS: ['edge', 'reconcileSeconds'],
   LOCKER_EDGE_COMMAND_TIMEOUT_MS: ['edge', 'commandTimeoutMs'],
   LOCKER_EDGE_RETRY_SECONDS: ['edge', 'retrySeconds'],
+  LOCKER_SUGGESTIONS_MAX_ROWS: ['suggestions', 'maxRows'],
+  LOCKER_SUGGESTIONS_MAX_UNPACKED_BYTES: ['suggestions', 'maxUnpackedBytes'],
+  LOCKER_SUGGESTIONS_MAX_COMPRESSION_RATIO: ['suggestions', 'maxCompressionRatio'],
+  LOCKER_SUGGESTIONS_MAX_ERROR_LOGS: ['suggestions', 'maxErrorLogs'],
   LOCKER_MQTT_MODE: ['mqtt', 'mode'],
   LOCKER_MQTT_URL: ['mqtt', 'url'],
   LOCKER_MQTT_PORT: ['mqtt', 'port'],

@@ -96,7 +96,7 @@ export const UploadResult = envelope({
   removedCount: z.number().int(),
   errorCount: z.number().int(),
   dateTime: z.string().describe('ISO 8601 UTC'),
-  errorLogs: z.array(z.object({ id: z.string(), message: z.string() })),
+  errorLogs: z.array(z.object({ id: z.string(), message: z.string() })).describe('the first rejected rows (at most suggestions.maxErrorLogs, default 1000); errorCount counts them all'),
 });
 
 const SuggestionItem = z.object({

@@ -2,6 +2,7 @@
 // mapping and per-row validation. Pure: bytes in, rows and errors out (no I/O, no database).
 import * as XLSX from 'xlsx';
 import { isValidEmail, parseLanguage, parsePhone } from '../validate';
+import { checkZipLimits, ZipLimitError } from './zip';
 
 export type ImportType = 'csv' | 'xlsx' | 'xls';
 
@@ -10,7 +11,7 @@ export type Column = (typeof COLUMNS)[number];
 
 export class SuggestionFileError extends Error {
   constructor(
-    readonly code: 'InvalidImportType' | 'InvalidHeader',
+    readonly code: 'InvalidImportType' | 'InvalidHeader' | 'InvalidRequest',
     message: string,
   ) {
     super(message);
@@ -49,28 +50,73 @@ export function detectType(fileName: string, buf: Uint8Array): ImportType {
   throw new SuggestionFileError('InvalidImportType', `file: type ${ext ? '.' + ext : '(no extension)'} not supported; send .xlsx, .xls or .csv (';' delimited)`);
 }
 
-/** CSV with ';' as delimiter; fields may be quoted with " ("" inside quotes is a quote); CRLF or LF. */
-export function parseCsv(text: string): string[][] {
+/** Limits of one upload's content (config `suggestions`, docs/accounts.md). */
+export interface ReadLimits {
+  /** the most data rows (non-blank rows after the header) a file may hold */
+  maxRows: number;
+  /** .xlsx: the most bytes the ZIP container may unpack to */
+  maxUnpackedBytes: number;
+  /** .xlsx: the highest compression ratio of a large part of the container */
+  maxRatio: number;
+}
+
+export const DEFAULT_READ_LIMITS: ReadLimits = { maxRows: 100_000, maxUnpackedBytes: 64 * 1_048_576, maxRatio: 200 };
+
+const tooManyRows = (max: number) => new SuggestionFileError('InvalidRequest', `file: more than the limit of ${max} data rows`);
+
+/**
+ * Rows of a file, indexed by their position (index 0 is row 1, the header). Blank rows (every
+ * cell empty or spaces) are holes of the sparse array: they are skipped without allocating, and
+ * the rows after them keep their row numbers.
+ */
+export type Rows = (string[] | undefined)[];
+
+/** The most fields a CSV row may have (the file needs 7; a trailing ';' and spare columns are fine). */
+export const MAX_COLUMNS = 1000;
+
+const isBlank = (cells: string[]) => cells.every((c) => c.trim() === '');
+
+/**
+ * CSV with ';' as delimiter; fields may be quoted with " ("" inside quotes is a quote); CRLF or LF.
+ * More than maxRows data rows (non-blank rows after row 1, the header) throws InvalidRequest as
+ * soon as the row past the limit is read, before the rest of the file is parsed.
+ */
+export function parseCsv(text: string, maxRows = Infinity): Rows {
   const s = text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
-  const rows: string[][] = [];
+  const rows: Rows = [];
+  let line = 0;
+  let data = 0;
   let row: string[] = [];
   let field = '';
   let quoted = false;
   let i = 0;
+  const endRow = () => {
+    row.push(field);
+    if (!isBlank(row)) {
+      if (line > 0 && ++data > maxRows) throw tooManyRows(maxRows);
+      rows[line] = row;
+      row = [];
+    } else row.length = 0; // a blank row: reuse the array
+    line++;
+    field = '';
+  };
   while (i < s.length) {
     const c = s[i]!;
     if (quoted) {
-      if (c === '"') {
-        if (s[i + 1] === '"') {
-          field += '"';
-          i += 2;
-          continue;
-        }
-        quoted = false;
-        i++;
+      if (c !== '"') {
+        // copy up to the next quote in one slice (a 5 MB quoted field is not built char by char)
+        const j = s.indexOf('"', i);
+        const end = j < 0 ? s.length : j;
+        field += s.slice(i, end);
+        i = end;
         continue;
       }
-      field += c;
+      if (s[i + 1] === '"') {
+        field += '"';
+        i += 2;
+        continue;
+      }
+      quoted = false;
       i++;
       continue;
     }
@@ -78,29 +124,38 @@ export function parseCsv(text: string): string[][] {
       quoted = true;
       i++;
     } else if (c === ';') {
+      if (row.length >= MAX_COLUMNS - 1) throw new SuggestionFileError('InvalidRequest', `file: row ${line + 1} has more than the limit of ${MAX_COLUMNS} columns`);
       row.push(field);
       field = '';
       i++;
     } else if (c === '\r' || c === '\n') {
-      row.push(field);
-      rows.push(row);
-      row = [];
-      field = '';
+      if (row.length === 0 && field === '') line++; // an empty line: nothing to keep or check
+      else endRow();
       i += c === '\r' && s[i + 1] === '\n' ? 2 : 1;
     } else {
       field += c;
       i++;
     }
   }
-  if (field !== '' || row.length) {
-    row.push(field);
-    rows.push(row);
-  }
+  if (field !== '' || row.length) endRow();
   return rows;
 }
 
-/** The first sheet of a workbook as rows of display text (cells as Excel shows them). */
-export function readWorkbook(buf: Uint8Array): string[][] {
+/**
+ * The first sheet of a workbook as rows of display text (cells as Excel shows them). An .xlsx
+ * (ZIP) is checked against the unpacked-size limits before SheetJS reads it; an .xls (OLE2,
+ * not compressed) is bounded by the upload size limit.
+ */
+export function readWorkbook(buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_LIMITS): Rows {
+  if (buf[0] === 0x50 && buf[1] === 0x4b) {
+    try {
+      checkZipLimits(buf, limits);
+    } catch (e) {
+      if (!(e instanceof ZipLimitError)) throw e;
+      if (e.kind === 'tooLarge' || e.kind === 'ratio') throw new SuggestionFileError('InvalidRequest', `file: ${e.message}`);
+      throw new SuggestionFileError('InvalidImportType', `file: the workbook cannot be read (${e.message})`);
+    }
+  }
   let wb: XLSX.WorkBook;
   try {
     wb = XLSX.read(buf, { type: 'array', cellDates: false, dense: true });
@@ -109,13 +164,33 @@ export function readWorkbook(buf: Uint8Array): string[][] {
   }
   const name = wb.SheetNames[0];
   const sheet = name ? wb.Sheets[name] : undefined;
-  if (!sheet) return [];
-  const rows = XLSX.utils.sheet_to_json<unknown[]>(sheet, { header: 1, raw: false, defval: '', blankrows: true });
-  return rows.map((r) => r.map((v) => (v == null ? '' : String(v))));
+  if (!sheet?.['!ref']) return [];
+  // dense sheet (SheetJS 0.18): sheet[r] is the array of cells of row r; missing rows are blank
+  const dense = sheet as unknown as Record<number, (XLSX.CellObject | undefined)[] | undefined>;
+  const range = XLSX.utils.decode_range(sheet['!ref']);
+  const rows: Rows = [];
+  let data = 0;
+  for (let r = range.s.r; r <= range.e.r; r++) {
+    const cells = dense[r];
+    if (!cells) continue;
+    // only up to the row's last cell: a range widened by one far cell does not allocate every row
+    // to its width (trailing empty cells read as '' anyway)
+    const out: string[] = [];
+    const last = Math.min(range.e.c, cells.length - 1);
+    for (let c = range.s.c; c <= last; c++) {
+      const cell = cells[c];
+      // as sheet_to_json({ raw: false, defval: '' }): stubs and error cells are empty
+      out.push(!cell?.t || cell.t === 'z' || cell.t === 'e' || cell.v == null ? '' : XLSX.utils.format_cell(cell));
+    }
+    if (isBlank(out)) continue;
+    if (r > range.s.r && ++data > limits.maxRows) throw tooManyRows(limits.maxRows);
+    rows[r - range.s.r] = out;
+  }
+  return rows;
 }
 
-export function readRows(type: ImportType, buf: Uint8Array): string[][] {
-  return type === 'csv' ? parseCsv(new TextDecoder('utf-8').decode(buf)) : readWorkbook(buf);
+export function readRows(type: ImportType, buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_LIMITS): Rows {
+  return type === 'csv' ? parseCsv(new TextDecoder('utf-8').decode(buf), limits.maxRows) : readWorkbook(buf, limits);
 }
 
 /**
@@ -138,10 +213,13 @@ export function mapHeader(header: string[] | undefined): Record<Column, number> 
     else index[col] = i;
   });
   const missing = COLUMNS.filter((c) => !(c in index));
+  // the message names at most 10 columns per problem: a header of thousands of columns must not
+  // become a response of megabytes
+  const list = (names: string[]) => (names.length > 10 ? `${names.slice(0, 10).join(', ')} and ${names.length - 10} more` : names.join(', '));
   const problems = [
     missing.length ? `missing ${missing.join(', ')}` : '',
-    unknown.length ? `unknown ${unknown.join(', ')}` : '',
-    dup.length ? `duplicate ${dup.join(', ')}` : '',
+    unknown.length ? `unknown ${list(unknown)}` : '',
+    dup.length ? `duplicate ${list(dup)}` : '',
   ].filter(Boolean);
   if (problems.length) throw new SuggestionFileError('InvalidHeader', `file: invalid header (${problems.join('; ')}); expected columns ${COLUMNS.join(', ')}`);
   return index;
@@ -178,15 +256,15 @@ export interface ParsedFile {
  * problems are joined in its message. An e-mail address repeated in the file: the first row
  * counts, later ones are errors.
  */
-export function validateRows(all: string[][], resolvePup: (value: string) => string | null): ParsedFile {
+export function validateRows(all: Rows, resolvePup: (value: string) => string | null): ParsedFile {
   const index = mapHeader(all[0]);
   const rows: SuggestionRow[] = [];
   const errors: RowError[] = [];
   const seen = new Map<string, number>();
   let total = 0;
   for (let r = 1; r < all.length; r++) {
-    const cells = all[r]!;
-    if (cells.every((c) => c.trim() === '')) continue;
+    const cells = all[r];
+    if (!cells || isBlank(cells)) continue;
     total++;
     const rowNo = r + 1;
     const cell = (c: Column) => (cells[index[c]] ?? '').trim();

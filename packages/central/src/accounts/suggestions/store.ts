@@ -5,7 +5,8 @@
 //   importedCount valid rows whose e-mail address was not in the previous active upload
 //   existedCount  valid rows whose e-mail address was in the previous active upload (refreshed)
 //   removedCount  suggestions of the previous active upload whose e-mail address is not in this one
-//   errorCount    rejected rows (one errorLogs entry each)
+//   errorCount    rejected rows (one errorLogs entry each, the response lists the first
+//                 suggestions.maxErrorLogs of them)
 // totalCount = importedCount + existedCount + errorCount.
 import { sql } from 'kysely';
 import type { AppContext, TenantPrincipal } from '../../context';
@@ -53,7 +54,8 @@ export class SuggestionService {
     };
     try {
       type = detectType(input.fileName, input.bytes);
-      parsed = validateRows(readRows(type, input.bytes), resolve);
+      const lim = this.ctx.config.suggestions;
+      parsed = validateRows(readRows(type, input.bytes, { maxRows: lim.maxRows, maxUnpackedBytes: lim.maxUnpackedBytes, maxRatio: lim.maxCompressionRatio }), resolve);
     } catch (e) {
       if (e instanceof SuggestionFileError) throw new ApiError(e.code, e.message, 400);
       throw e;
@@ -120,7 +122,8 @@ export class SuggestionService {
       removedCount: counts.removed_count,
       errorCount: counts.error_count,
       dateTime: now.toISOString(),
-      errorLogs: parsed.errors,
+      // errorCount is exact; the list is capped so a file of bad rows cannot blow up the response
+      errorLogs: parsed.errors.slice(0, this.ctx.config.suggestions.maxErrorLogs),
     };
   }
 
