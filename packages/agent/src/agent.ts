@@ -22,6 +22,7 @@ import type { AgentConfig } from './config';
 import { AgentStore } from './store';
 import { EdgeLink } from './edge-link';
 import { decideCodes } from './codes';
+import { AccessThrottle, TERMINAL } from './throttle';
 import { lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
 import { DiagnosticsServer } from './diagnostics';
 import { createAgentLogger } from './logger';
@@ -86,7 +87,6 @@ export class Agent {
   private timers: NodeJS.Timeout[] = [];
   private statusTimer: NodeJS.Timeout | null = null;
   private lastSyncRequestAt = 0;
-  private lockouts = new Map<string, number>();
   private portDown = new Set<string>();
   private credentialChain: Promise<void> = Promise.resolve();
 
@@ -335,8 +335,7 @@ export class Agent {
   }
 
   private throttledUntil(reader: string): number {
-    const until = this.lockouts.get(reader) ?? Number(this.store.getMeta(`lockout.${reader}`) ?? 0);
-    return until > this.now().getTime() ? until : 0;
+    return new AccessThrottle(this.store, this.cfg.access).throttledUntil(reader, this.now().getTime());
   }
 
   private async handleCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<CredentialOutcome> {
@@ -352,20 +351,16 @@ export class Agent {
     const hash = hashCode(c.value);
     const matches = this.store.findCodes(hash).filter((m) => c.source === 'qr' || m.type === 'Code');
     if (!matches.length) {
-      this.store.recordFailure(c.reader, nowMs);
-      const n = this.store.failuresSince(c.reader, nowMs - a.failureWindowSeconds * 1000);
-      this.log.info({ source: c.source, reader: c.reader, length: c.value.length, failures: n }, 'code refused: unknown');
+      const t = new AccessThrottle(this.store, a).fail(c.reader, nowMs);
+      this.log.info({ source: c.source, reader: c.reader, length: c.value.length, failures: t.failures, terminalFailures: t.terminalFailures }, 'code refused: unknown');
       this.record('credentialRefused', { ...base, reason: 'UNKNOWN_CODE' });
-      if (n >= a.maxFailures) {
-        const until = nowMs + a.lockoutSeconds * 1000;
-        this.lockouts.set(c.reader, until);
-        this.store.setMeta(`lockout.${c.reader}`, String(until));
-        this.store.clearFailures(c.reader, nowMs + 1);
-        this.log.warn({ reader: c.reader, seconds: a.lockoutSeconds }, 'reader locked out after failed attempts');
+      for (const l of t.locked) {
+        if (l.scope === TERMINAL) this.log.warn({ seconds: l.seconds }, 'every reader of the terminal locked out after failed attempts');
+        else this.log.warn({ reader: l.scope, seconds: l.seconds }, 'reader locked out after failed attempts');
       }
       return { accepted: false, reason: 'UNKNOWN_CODE' };
     }
-    this.store.clearFailures(c.reader);
+    // an accepted code does not reset the failures: they age out of the window (src/throttle.ts)
     // every match opens the same locker (codes are per locker); keep the ones of the first locker
     const locker = matches[0]!.locker;
     const codes = matches.filter((m) => m.locker.uid === locker.uid);
