@@ -426,7 +426,8 @@ export class Agent {
         this.statusSoon();
         break;
       case 'ignore':
-        this.log.debug({ version: msg.version, held: held.version }, 'code update already applied');
+        if (d.why === 'stale-snapshot') this.log.info({ version: msg.version, held: held.version }, 'older code snapshot of the same epoch ignored');
+        else this.log.debug({ version: msg.version, held: held.version }, 'code update already applied');
         break;
       case 'requestSnapshot':
         this.requestSnapshot(d.reason, held);
