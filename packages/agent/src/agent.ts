@@ -48,7 +48,7 @@ export type TechnicianOpenOutcome = UnlockOutcome | { ok: false; error: 'JOURNAL
 /** What became of a presented code. JOURNAL_UNAVAILABLE: the opening could not be journalled, so no lock was pulsed. */
 export type CredentialOutcome =
   | { accepted: true; lockerUid: string }
-  | { accepted: false; reason: 'STOPPING' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED'; error?: string };
+  | { accepted: false; reason: 'STOPPING' | 'CODES_STALE' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED'; error?: string };
 
 export interface LockState extends LockView {
   lockerUid: string | null;
@@ -153,6 +153,10 @@ export class Agent {
       status: () => this.statusMessage(),
       now: () => this.now(),
     });
+    // the offline cache's age (access.maxOfflineHours): the last moment the link was known up
+    if (!this.store.getMeta('codes.syncedAt')) this.markSynced();
+    this.link.on('connected', () => this.markSynced());
+    this.link.on('disconnected', () => this.markSynced());
     this.link.on('message', (kind, payload) => {
       if (kind === 'codes') this.onCodes(payload);
       else
@@ -193,6 +197,7 @@ export class Agent {
     // bus events (a door closing right now) are journalled until the buses have stopped
     await this.buses.stop();
     this.running = false;
+    if (this.link.connected) this.markSynced();
     await this.link.stop();
     this.store.close();
     this.log.info('agent stopped');
@@ -338,11 +343,32 @@ export class Agent {
     return new AccessThrottle(this.store, this.cfg.access).throttledUntil(reader, this.now().getTime());
   }
 
+  private markSynced(): void {
+    try {
+      this.store.setMeta('codes.syncedAt', String(this.now().getTime()));
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'sync time not stored');
+    }
+  }
+
+  /** ms since the cache was last known current: 0 while the link is up. */
+  private offlineMs(): number {
+    if (this.link.connected) return 0;
+    const at = Number(this.store.getMeta('codes.syncedAt') ?? 0);
+    return at ? Math.max(0, this.now().getTime() - at) : 0;
+  }
+
   private async handleCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<CredentialOutcome> {
     if (!this.running || this.stopping) return { accepted: false, reason: 'STOPPING' };
     const a = this.cfg.access;
     const nowMs = this.now().getTime();
     const base = { source: c.source, reader: c.reader };
+    if (a.maxOfflineHours !== null && this.offlineMs() > a.maxOfflineHours * 3_600_000) {
+      // revocations made meanwhile cannot have reached the cache: refuse rather than open on them
+      this.log.warn({ reader: c.reader, offlineHours: Math.round(this.offlineMs() / 360_000) / 10 }, 'code refused: the code cache is too old (no connection to the central service)');
+      this.record('credentialRefused', { ...base, reason: 'CODES_STALE' });
+      return { accepted: false, reason: 'CODES_STALE' };
+    }
     if (this.throttledUntil(c.reader)) {
       this.log.warn({ reader: c.reader }, 'code refused: reader locked out after failed attempts');
       this.record('credentialRefused', { ...base, reason: 'THROTTLED' });
@@ -409,6 +435,7 @@ export class Agent {
       this.log.warn({ bytes: payload.length }, 'malformed codes message dropped');
       return;
     }
+    this.markSynced();
     const held = this.store.codesMeta();
     const d = decideCodes(held, msg);
     switch (d.action) {

@@ -74,6 +74,8 @@ export const AgentConfigSchema = z
         escalationResetSeconds: z.number().positive().default(3600),
         /** failures across all readers of the terminal within failureWindowSeconds; default maxFailures * 3 */
         terminalMaxFailures: z.number().int().min(1).optional(),
+        /** codes are refused (CODES_STALE) after this long without a broker connection; null: never */
+        maxOfflineHours: z.number().positive().nullable().default(24),
       })
       .strict()
       .prefault({}),

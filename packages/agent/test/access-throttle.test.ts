@@ -1,7 +1,7 @@
 // Failed-code throttling at the terminal with a controlled clock (src/throttle.ts, docs/agent.md
 // "access"): an accepted code does not reset the failures, consecutive lock-outs escalate, and a
-// terminal-wide budget spans every reader. The agent runs without buses or MQTT: the store is real,
-// the lock pulse is stubbed.
+// terminal-wide budget spans every reader; and the offline cache's age limit (access.maxOfflineHours).
+// The agent runs without buses or MQTT: the store is real, the lock pulse and the link are stubbed.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -42,13 +42,16 @@ function rig(access: AgentConfigInput['access'] = {}) {
   store.open();
   a.store = store;
   a.log = pino({ level: 'silent' });
-  a.link = { kick() {} };
+  const link = { kick() {}, connected: false };
+  a.link = link;
   a.running = true;
   a.unlock = async () => ({ ok: true, alreadyOpen: false });
   store.replaceCodes('e1', 1, [code('valid', '111111')]);
   const present = (value: string, reader = 'keypad'): Promise<CredentialOutcome> => agent.presentCredential({ source: 'keypad', value, reader });
   return {
     agent,
+    link,
+    now: () => t,
     store,
     present,
     advance: (s: number) => {
@@ -113,5 +116,25 @@ describe('terminal access throttle', () => {
     expect(await reasons(r, ['1', '2', '3'], 'qr3')).toEqual(Array(3).fill('UNKNOWN_CODE'));
     // the 15th failure locks every reader, including one that never failed
     expect(await reasons(r, ['111111'], 'fresh')).toEqual(['THROTTLED']);
+  });
+});
+
+describe('offline cache age', () => {
+  it('codes are refused (CODES_STALE) after access.maxOfflineHours without a broker connection; a connection lifts it', async () => {
+    const r = rig({ maxOfflineHours: 24 });
+    r.store.setMeta('codes.syncedAt', String(r.now())); // the link went down now
+    r.advance(24 * 3600 - 1);
+    expect(await reasons(r, ['111111'])).toEqual(['OK']);
+    r.advance(2);
+    expect(await reasons(r, ['111111', '000000'])).toEqual(['CODES_STALE', 'CODES_STALE']);
+    r.link.connected = true;
+    expect(await reasons(r, ['111111'])).toEqual(['OK']);
+  });
+
+  it('maxOfflineHours: null never refuses for age', async () => {
+    const r = rig({ maxOfflineHours: null });
+    r.store.setMeta('codes.syncedAt', String(r.now()));
+    r.advance(30 * 24 * 3600);
+    expect(await reasons(r, ['111111'])).toEqual(['OK']);
   });
 });
