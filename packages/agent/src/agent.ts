@@ -22,6 +22,7 @@ import type { AgentConfig } from './config';
 import { AgentStore } from './store';
 import { EdgeLink } from './edge-link';
 import { decideCodes } from './codes';
+import { AccessThrottle, TERMINAL } from './throttle';
 import { lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
 import { DiagnosticsServer } from './diagnostics';
 import { createAgentLogger } from './logger';
@@ -47,7 +48,7 @@ export type TechnicianOpenOutcome = UnlockOutcome | { ok: false; error: 'JOURNAL
 /** What became of a presented code. JOURNAL_UNAVAILABLE: the opening could not be journalled, so no lock was pulsed. */
 export type CredentialOutcome =
   | { accepted: true; lockerUid: string }
-  | { accepted: false; reason: 'STOPPING' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED'; error?: string };
+  | { accepted: false; reason: 'STOPPING' | 'CODES_STALE' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED'; error?: string };
 
 export interface LockState extends LockView {
   lockerUid: string | null;
@@ -86,7 +87,6 @@ export class Agent {
   private timers: NodeJS.Timeout[] = [];
   private statusTimer: NodeJS.Timeout | null = null;
   private lastSyncRequestAt = 0;
-  private lockouts = new Map<string, number>();
   private portDown = new Set<string>();
   private credentialChain: Promise<void> = Promise.resolve();
 
@@ -153,6 +153,10 @@ export class Agent {
       status: () => this.statusMessage(),
       now: () => this.now(),
     });
+    // the offline cache's age (access.maxOfflineHours): the last moment the link was known up
+    if (!this.store.getMeta('codes.syncedAt')) this.markSynced();
+    this.link.on('connected', () => this.markSynced());
+    this.link.on('disconnected', () => this.markSynced());
     this.link.on('message', (kind, payload) => {
       if (kind === 'codes') this.onCodes(payload);
       else
@@ -193,6 +197,7 @@ export class Agent {
     // bus events (a door closing right now) are journalled until the buses have stopped
     await this.buses.stop();
     this.running = false;
+    if (this.link.connected) this.markSynced();
     await this.link.stop();
     this.store.close();
     this.log.info('agent stopped');
@@ -335,8 +340,22 @@ export class Agent {
   }
 
   private throttledUntil(reader: string): number {
-    const until = this.lockouts.get(reader) ?? Number(this.store.getMeta(`lockout.${reader}`) ?? 0);
-    return until > this.now().getTime() ? until : 0;
+    return new AccessThrottle(this.store, this.cfg.access).throttledUntil(reader, this.now().getTime());
+  }
+
+  private markSynced(): void {
+    try {
+      this.store.setMeta('codes.syncedAt', String(this.now().getTime()));
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'sync time not stored');
+    }
+  }
+
+  /** ms since the cache was last known current: 0 while the link is up. */
+  private offlineMs(): number {
+    if (this.link.connected) return 0;
+    const at = Number(this.store.getMeta('codes.syncedAt') ?? 0);
+    return at ? Math.max(0, this.now().getTime() - at) : 0;
   }
 
   private async handleCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<CredentialOutcome> {
@@ -344,6 +363,12 @@ export class Agent {
     const a = this.cfg.access;
     const nowMs = this.now().getTime();
     const base = { source: c.source, reader: c.reader };
+    if (a.maxOfflineHours !== null && this.offlineMs() > a.maxOfflineHours * 3_600_000) {
+      // revocations made meanwhile cannot have reached the cache: refuse rather than open on them
+      this.log.warn({ reader: c.reader, offlineHours: Math.round(this.offlineMs() / 360_000) / 10 }, 'code refused: the code cache is too old (no connection to the central service)');
+      this.record('credentialRefused', { ...base, reason: 'CODES_STALE' });
+      return { accepted: false, reason: 'CODES_STALE' };
+    }
     if (this.throttledUntil(c.reader)) {
       this.log.warn({ reader: c.reader }, 'code refused: reader locked out after failed attempts');
       this.record('credentialRefused', { ...base, reason: 'THROTTLED' });
@@ -352,20 +377,16 @@ export class Agent {
     const hash = hashCode(c.value);
     const matches = this.store.findCodes(hash).filter((m) => c.source === 'qr' || m.type === 'Code');
     if (!matches.length) {
-      this.store.recordFailure(c.reader, nowMs);
-      const n = this.store.failuresSince(c.reader, nowMs - a.failureWindowSeconds * 1000);
-      this.log.info({ source: c.source, reader: c.reader, length: c.value.length, failures: n }, 'code refused: unknown');
+      const t = new AccessThrottle(this.store, a).fail(c.reader, nowMs);
+      this.log.info({ source: c.source, reader: c.reader, length: c.value.length, failures: t.failures, terminalFailures: t.terminalFailures }, 'code refused: unknown');
       this.record('credentialRefused', { ...base, reason: 'UNKNOWN_CODE' });
-      if (n >= a.maxFailures) {
-        const until = nowMs + a.lockoutSeconds * 1000;
-        this.lockouts.set(c.reader, until);
-        this.store.setMeta(`lockout.${c.reader}`, String(until));
-        this.store.clearFailures(c.reader, nowMs + 1);
-        this.log.warn({ reader: c.reader, seconds: a.lockoutSeconds }, 'reader locked out after failed attempts');
+      for (const l of t.locked) {
+        if (l.scope === TERMINAL) this.log.warn({ seconds: l.seconds }, 'every reader of the terminal locked out after failed attempts');
+        else this.log.warn({ reader: l.scope, seconds: l.seconds }, 'reader locked out after failed attempts');
       }
       return { accepted: false, reason: 'UNKNOWN_CODE' };
     }
-    this.store.clearFailures(c.reader);
+    // an accepted code does not reset the failures: they age out of the window (src/throttle.ts)
     // every match opens the same locker (codes are per locker); keep the ones of the first locker
     const locker = matches[0]!.locker;
     const codes = matches.filter((m) => m.locker.uid === locker.uid);
@@ -414,6 +435,7 @@ export class Agent {
       this.log.warn({ bytes: payload.length }, 'malformed codes message dropped');
       return;
     }
+    this.markSynced();
     const held = this.store.codesMeta();
     const d = decideCodes(held, msg);
     switch (d.action) {
@@ -431,7 +453,8 @@ export class Agent {
         this.statusSoon();
         break;
       case 'ignore':
-        this.log.debug({ version: msg.version, held: held.version }, 'code update already applied');
+        if (d.why === 'stale-snapshot') this.log.info({ version: msg.version, held: held.version }, 'older code snapshot of the same epoch ignored');
+        else this.log.debug({ version: msg.version, held: held.version }, 'code update already applied');
         break;
       case 'requestSnapshot':
         this.requestSnapshot(d.reason, held);

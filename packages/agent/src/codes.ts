@@ -6,11 +6,16 @@ import type { CodesMeta } from './store';
 export type CodesDecision =
   | { action: 'replace' }
   | { action: 'apply' }
-  | { action: 'ignore'; why: 'already-applied' }
+  | { action: 'ignore'; why: 'already-applied' | 'stale-snapshot' }
   | { action: 'requestSnapshot'; reason: 'gap' | 'epoch' };
 
 export function decideCodes(held: Pick<CodesMeta, 'epoch' | 'version'>, msg: CodesMessage): CodesDecision {
-  if (msg.type === 'snapshot') return { action: 'replace' };
+  if (msg.type === 'snapshot') {
+    // a late or redelivered snapshot of the same epoch would roll the cache back (revoked codes
+    // open again); a new epoch (central database reset) always replaces
+    if (held.epoch === msg.epoch && msg.version < held.version) return { action: 'ignore', why: 'stale-snapshot' };
+    return { action: 'replace' };
+  }
   if (held.epoch !== msg.epoch) return { action: 'requestSnapshot', reason: 'epoch' };
   if (msg.version <= held.version) return { action: 'ignore', why: 'already-applied' };
   if (msg.baseVersion === held.version) return { action: 'apply' };

@@ -68,6 +68,14 @@ export const AgentConfigSchema = z
         maxFailures: z.number().int().min(1).default(5),
         failureWindowSeconds: z.number().positive().default(60),
         lockoutSeconds: z.number().positive().default(60),
+        /** each lock-out following the previous one within escalationResetSeconds doubles, up to this */
+        maxLockoutSeconds: z.number().positive().default(3600),
+        /** quiet time after a lock-out ended after which the next lock-out starts again at lockoutSeconds */
+        escalationResetSeconds: z.number().positive().default(3600),
+        /** failures across all readers of the terminal within failureWindowSeconds; default maxFailures * 3 */
+        terminalMaxFailures: z.number().int().min(1).optional(),
+        /** codes are refused (CODES_STALE) after this long without a broker connection; null: never */
+        maxOfflineHours: z.number().positive().nullable().default(24),
       })
       .strict()
       .prefault({}),

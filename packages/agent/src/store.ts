@@ -197,6 +197,16 @@ export class AgentStore {
     return (this.d.prepare('SELECT count(*) AS n FROM failures WHERE reader = ? AND at >= ?').get(reader, sinceMs) as { n: number }).n;
   }
 
+  /** failed attempts of every reader at or after sinceMs (the terminal-wide budget) */
+  failuresSinceAll(sinceMs: number): number {
+    return (this.d.prepare('SELECT count(*) AS n FROM failures WHERE at >= ?').get(sinceMs) as { n: number }).n;
+  }
+
+  /** deletes failed attempts older than beforeMs (out of every window) */
+  pruneFailures(beforeMs: number): void {
+    this.d.prepare('DELETE FROM failures WHERE at < ?').run(beforeMs);
+  }
+
   clearFailures(reader: string, beforeMs = Number.MAX_SAFE_INTEGER): void {
     this.d.prepare('DELETE FROM failures WHERE reader = ? AND at < ?').run(reader, beforeMs);
   }

@@ -137,7 +137,7 @@ describeEngines('booking engine', (engine) => {
   });
 
   it('concurrent bookings never share a locker; every refusal is a clean NoLockerAvailable', async () => {
-    const runner = shipmentService(t.ctx).tx;
+    const runner = shipmentService(t.ctx).tx.inner;
     const N = 40;
     const results = await Promise.all(Array.from({ length: N }, () => book({ PupUid: PUP_C, AllowLargerLockers: true })));
     const won = results.filter((r) => r.status === 200);

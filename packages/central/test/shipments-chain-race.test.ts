@@ -33,7 +33,7 @@ describeEngines('shipments: concurrent changes on a chain', (engine) => {
   }
 
   /** PostgreSQL: jobs run again after a deadlock or serialization failure (PgTxRunner) */
-  const retriesSoFar = () => (shipmentService(t.ctx).tx as Partial<PgTxRunner>).stats?.retries ?? 0;
+  const retriesSoFar = () => (shipmentService(t.ctx).tx.inner as Partial<PgTxRunner>).stats?.retries ?? 0;
 
   async function outboxStates(uid: string): Promise<string[]> {
     const rows = await t.ctx.db.kysely.selectFrom('callback_outbox').select(['sequence', 'payload']).where('shipment_uid', '=', uid).orderBy('sequence').execute();

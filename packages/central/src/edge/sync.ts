@@ -32,20 +32,12 @@ import { ApiError } from '../errors';
 import { newUid, toDbTime } from '../ids';
 import { handleDoorEvent } from '../shipments/service';
 import { currentCodes, diffCodes, entryDigest } from './codes';
+import { onCodesChanged } from './notify';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const CHUNK = 300;
 
-/** Running EdgeSync instances (notifyCodesChanged reaches them all). */
-const instances = new Set<EdgeSync>();
-
-/**
- * Shipment code can call this after it changed codes of a pick up point: the terminals get the
- * change at once instead of at the next marker poll. Safe to call when no sync runs.
- */
-export function notifyCodesChanged(pupUid: string): void {
-  for (const s of instances) s.pupChanged(pupUid);
-}
+export { notifyCodesChanged } from './notify';
 
 export class EdgeSync implements Worker {
   readonly name = 'edge-sync';
@@ -59,6 +51,9 @@ export class EdgeSync implements Worker {
   private lastReconcile = 0;
   private lastRetry = 0;
   private subscribed = false;
+  private unlisten: (() => void) | null = null;
+  /** pick up points whose push is queued but has not started reading codes yet (repeats coalesce) */
+  private readonly pendingPups = new Set<string>();
   /** events being stored right now (their PUBACK waits); stop() waits for them */
   private readonly storing = new Set<Promise<void>>();
 
@@ -80,7 +75,7 @@ export class EdgeSync implements Worker {
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
-    instances.add(this);
+    this.unlisten = onCodesChanged(this);
     if (!this.subscribed) {
       // a bus has no unsubscribe: after stop() the handlers stay, and route() refuses events
       this.subscribed = true;
@@ -96,7 +91,8 @@ export class EdgeSync implements Worker {
   async stop(): Promise<void> {
     if (!this.running) return;
     this.running = false;
-    instances.delete(this);
+    this.unlisten?.();
+    this.unlisten = null;
     for (const t of this.timers) clearTimeout(t);
     this.wakePoll?.();
     await this.pollLoop;
@@ -274,16 +270,34 @@ export class EdgeSync implements Worker {
   /** A pick up point's codes changed: push to its online terminals. */
   pupChanged(pupUid: string): void {
     if (!this.running) return;
+    // a push already queued for this point reads the codes later than this change: it carries it
+    if (this.pendingPups.has(pupUid)) return;
+    this.pendingPups.add(pupUid);
     void this.onlineTerminals(pupUid)
-      .then((ids) => Promise.all(ids.map((id) => this.serial(id, () => this.pushChanges(id)))))
-      .catch((err) => this.log.error({ err: (err as Error).message, pup: pupUid }, 'code push failed'));
+      .then((ids) => {
+        if (!ids.length) this.pendingPups.delete(pupUid);
+        return Promise.all(
+          ids.map((id) =>
+            this.serial(id, () => {
+              this.pendingPups.delete(pupUid);
+              return this.pushChanges(id);
+            }),
+          ),
+        );
+      })
+      .catch((err) => {
+        this.pendingPups.delete(pupUid);
+        this.log.error({ err: (err as Error).message, pup: pupUid }, 'code push failed');
+      });
   }
 
-  /** The cheap change marker per pick up point: counts and latest times of codes and lockers. */
+  /** The cheap change marker per pick up point: counts (all and valid) and latest times of codes and lockers. */
   private async readMarkers(): Promise<Map<string, string>> {
     const codes = await this.db
       .selectFrom('access_codes')
-      .select((eb) => ['pup_uid', eb.fn.countAll<number>().as('n'), eb.fn.max('created_at').as('c'), eb.fn.max('invalidated_at').as('i')])
+      // the number of valid codes changes with every invalidation, even one at the same time
+      // (same millisecond, or an instance whose clock lags) as an earlier one
+      .select((eb) => ['pup_uid', eb.fn.countAll<number>().as('n'), eb.fn.sum<number>('valid').as('v'), eb.fn.max('created_at').as('c'), eb.fn.max('invalidated_at').as('i')])
       .where('usage', 'in', ['DropOff', 'PickUp'])
       .groupBy('pup_uid')
       .execute();
@@ -293,7 +307,7 @@ export class EdgeSync implements Worker {
       .groupBy('pup_uid')
       .execute();
     const m = new Map<string, string>();
-    for (const r of codes) m.set(r.pup_uid, `${r.n}|${r.c ?? ''}|${r.i ?? ''}`);
+    for (const r of codes) m.set(r.pup_uid, `${r.n}|${Number(r.v ?? 0)}|${r.c ?? ''}|${r.i ?? ''}`);
     for (const r of lockers) m.set(r.pup_uid, `${m.get(r.pup_uid) ?? ''}|${r.u ?? ''}`);
     return m;
   }

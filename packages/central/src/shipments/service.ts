@@ -13,7 +13,8 @@ import { enqueueShipmentStatus } from '../callbacks/outbox';
 import { bookLocker, fits, releaseLocker, transferLocker, type BookRequest, type Dim } from './booking';
 import { copyCodes, insertCodePair, insertLinkCode, insertNewShipmentCodes, invalidateCodes, type CodeOwner } from './codes';
 import { initial, transition, type Input, type MachineState } from './state-machine';
-import { createTxRunner, type Trx, type TxRunner } from './tx';
+import { createTxRunner, type Trx, type TxJob, type TxRunner } from './tx';
+import { notifyCodesChanged } from '../edge/notify';
 import { rawQuery, StatementBatch, type Exec } from './sqlq';
 import { isActive, type Cause, type Flow, type StateCode, type TypeCode, type WaitKind } from './types';
 
@@ -84,12 +85,52 @@ export const UNLOCK_MAX_FAILURES = 5;
 
 const THROTTLE_MS = ROTATE_WINDOW_MS;
 
+/** Pick up points whose codes a transaction changed (SQLite: every job of a group-commit batch shares it). */
+const codesTouched = new WeakMap<Trx, Set<string>>();
+
+/** Notes that `trx` changes codes of a pick up point: its terminals get a push once it committed. */
+export function touchCodes(trx: Trx, pupUid: string): void {
+  let s = codesTouched.get(trx);
+  if (!s) codesTouched.set(trx, (s = new Set()));
+  s.add(pupUid);
+}
+
+/**
+ * Runs jobs on `inner` and, once a job settled (committed, or rolled back: a push then finds
+ * nothing to send), calls notifyCodesChanged for every pick up point its transaction touched. The
+ * first job of a batch to settle notifies for the whole batch.
+ */
+export class CodeNotifyingTxRunner implements TxRunner {
+  constructor(readonly inner: TxRunner) {}
+  async run<T>(job: TxJob<T>): Promise<T> {
+    const seen = new Set<Trx>();
+    const settle = () => {
+      for (const trx of seen) {
+        const pups = codesTouched.get(trx);
+        if (!pups) continue;
+        const list = [...pups];
+        pups.clear();
+        for (const p of list) notifyCodesChanged(p);
+      }
+    };
+    try {
+      return await this.inner.run((trx) => {
+        seen.add(trx); // a PostgreSQL retry runs the job again in a new transaction
+        return job(trx);
+      });
+    } finally {
+      settle();
+    }
+  }
+}
+
 export class ShipmentService {
-  readonly tx: TxRunner;
+  /** the write runner (its `inner` is the engine's: SQLite group commit or PostgreSQL) */
+  readonly tx: CodeNotifyingTxRunner;
   private readonly log: Logger;
 
   constructor(readonly ctx: AppContext) {
-    this.tx = createTxRunner(ctx.db);
+    this.tx = new CodeNotifyingTxRunner(createTxRunner(ctx.db));
     this.log = ctx.log.child({ ns: 'central.shipments' });
   }
 
@@ -216,6 +257,7 @@ export class ShipmentService {
     const waiter = needsWaiter ? await this.findWaiter(trx, row.uid) : undefined;
     const r = transition(this.machine(row, waiter), input);
     if (!r.ok) throw new ApiError('InvalidShipmentState', r.reason);
+    touchCodes(trx, row.pup_uid); // transitions invalidate, issue or copy codes
 
     const upd: Partial<ShipmentsTable> = { ...data, updated_at: now };
     if (r.steps.length) {
@@ -302,6 +344,7 @@ export class ShipmentService {
    * and the copies follow.
    */
   async rotateCodes(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
+    touchCodes(trx, row.pup_uid);
     if (usage === 'DropOff' && row.state_code === 'LockerAssigned' && row.waits_on_uid && (row.wait_kind === 'swap' || row.wait_kind === 'circular')) {
       const holder = await this.load(trx, row.waits_on_uid);
       if (holder) await this.rotateCodes(trx, holder, row.wait_kind === 'swap' ? 'PickUp' : 'DropOff', now);
@@ -416,6 +459,7 @@ export class ShipmentService {
       insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), chained ? ['PickUp'] : ['DropOff', 'PickUp'], now, batch.run),
     ];
     await Promise.all([...writes, batch.flush()]); // (every rejection observed)
+    touchCodes(trx, pupUid);
     // a swap's / circular stock's drop-off codes are copies of the chained shipment's
     if (chained) await this.assignDropOffCodes(trx, row, now);
     return { row, lockerName };

@@ -1,0 +1,84 @@
+// Revocations reach the terminals when they happen (docs/edge-protocol.md, "Code pushes"): the
+// shipment service calls notifyCodesChanged after a commit that changed codes, so a cancel is
+// pushed at once even though the marker poll and the reconcile are far away; and the marker
+// itself changes on every invalidation, even two at the same timestamp (the clock is not
+// advanced here). Both engines.
+import mqtt, { type MqttClient } from 'mqtt';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createTestService, describeEngines, type TestService } from './support/harness';
+import { PUP_A1 } from './support/fixtures';
+import { addUser, booking, ok } from './shipments-helpers';
+import { EdgeSync } from '../src/edge/sync';
+
+async function waitFor<T>(fn: () => T | Promise<T>, what: string, ms = 3000): Promise<NonNullable<T>> {
+  const start = Date.now();
+  for (;;) {
+    const v = await fn();
+    if (v) return v as NonNullable<T>;
+    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 15));
+  }
+}
+
+describeEngines('code push on change', (engine) => {
+  let t: TestService;
+  let term: MqttClient;
+  let user: string;
+  const got: { kind: string; body: any }[] = [];
+  const P = 'locker/v1/t/term-a1';
+  const lastCodes = () => [...got].reverse().find((g) => g.kind === 'codes')?.body;
+  const create = async () => (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
+  const cancel = async (uid: string) => ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: uid }));
+
+  beforeAll(async () => {
+    // the marker poll and the reconcile are far away: only the in-process notification pushes
+    t = await createTestService(engine, { config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 600_000, reconcileSeconds: 3600 } }, startWorkers: true });
+    user = await addUser(t, PUP_A1);
+    term = mqtt.connect(t.ctx.bus!.address()!, { clientId: 'term-a1', username: 'term-a1', password: 'terminal-secret-a1', reconnectPeriod: 0 });
+    await new Promise<void>((resolve, reject) => {
+      term.once('connect', () => resolve());
+      term.once('error', reject);
+    });
+    term.on('message', (topic, payload) => got.push({ kind: topic.split('/').pop()!, body: JSON.parse(payload.toString()) }));
+    await term.subscribeAsync(`${P}/down/#`, { qos: 1 });
+  });
+  afterAll(async () => {
+    term?.end(true);
+    await t?.close();
+  });
+
+  it('a creation and then cancels at an unchanged clock are pushed at once, each as its own delta', async () => {
+    const a = await create();
+    const status = {
+      v: 1, state: 'online', terminalId: 'term-a1', agentVersion: 'test', startedAt: new Date().toISOString(), at: new Date().toISOString(),
+      codes: { epoch: null, version: 0, count: 0 }, journal: { unsent: 0, lastSeq: 0 }, buses: [],
+    };
+    await term.publishAsync(`${P}/up/status`, JSON.stringify(status), { qos: 1, retain: true });
+    const snap = await waitFor(() => lastCodes()?.type === 'snapshot' && lastCodes(), 'snapshot');
+    expect(snap.codes.filter((c: any) => c.shipmentUid === a)).toHaveLength(4);
+
+    const b = await create();
+    const d1 = await waitFor(() => lastCodes()?.version === snap.version + 1 && lastCodes(), 'delta for the creation');
+    expect(d1.upserts.filter((c: any) => c.shipmentUid === b)).toHaveLength(4);
+
+    await cancel(a);
+    const d2 = await waitFor(() => lastCodes()?.version === snap.version + 2 && lastCodes(), 'delta for the first cancel');
+    expect(d2.revoke.sort()).toEqual(snap.codes.filter((c: any) => c.shipmentUid === a).map((c: any) => c.id).sort());
+
+    await cancel(b); // same timestamp as the first cancel
+    const d3 = await waitFor(() => lastCodes()?.version === snap.version + 3 && lastCodes(), 'delta for the second cancel');
+    expect(d3.revoke.sort()).toEqual(d1.upserts.map((c: any) => c.id).sort());
+  });
+
+  it('the change marker changes on an invalidation at the same timestamp as an earlier one', async () => {
+    const es = new EdgeSync(t.ctx, { publish: async () => {}, subscribe: async () => {} } as never);
+    const marker = async () => ((await (es as any).readMarkers()) as Map<string, string>).get(PUP_A1);
+    const a = await create();
+    const b = await create();
+    await cancel(a);
+    const m1 = await marker();
+    await cancel(b); // the clock did not move: max(invalidated_at) and the row count are unchanged
+    const m2 = await marker();
+    expect(m2).not.toEqual(m1);
+  });
+});
