@@ -75,7 +75,7 @@ export const AgentConfigSchema = z
         /** failures across all readers of the terminal within failureWindowSeconds; default maxFailures * 3 */
         terminalMaxFailures: z.number().int().min(1).optional(),
         /** codes are refused (CODES_STALE) after this long without a broker connection; null: never */
-        maxOfflineHours: z.number().positive().nullable().default(24),
+        maxOfflineHours: z.number().positive().nullable().default(72),
       })
       .strict()
       .prefault({}),
