@@ -3,9 +3,10 @@
 // pushed at once even though the marker poll and the reconcile are far away; and the marker
 // itself changes on every invalidation, even two at the same timestamp (the clock is not
 // advanced here). Both engines.
-import mqtt, { type MqttClient } from 'mqtt';
+import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
+import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, ok } from './shipments-helpers';
 import { EdgeSync } from '../src/edge/sync';
@@ -24,9 +25,9 @@ describeEngines('code push on change', (engine) => {
   let t: TestService;
   let term: MqttClient;
   let user: string;
-  const got: { kind: string; body: any }[] = [];
+  let tt: ScriptedTerminal;
   const P = 'locker/v1/t/term-a1';
-  const lastCodes = () => [...got].reverse().find((g) => g.kind === 'codes')?.body;
+  const lastCodes = () => tt.lastCodes();
   const create = async () => (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
   const cancel = async (uid: string) => ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: uid }));
 
@@ -34,26 +35,17 @@ describeEngines('code push on change', (engine) => {
     // the marker poll and the reconcile are far away: only the in-process notification pushes
     t = await createTestService(engine, { config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 600_000, reconcileSeconds: 3600 } }, startWorkers: true });
     user = await addUser(t, PUP_A1);
-    term = mqtt.connect(t.ctx.bus!.address()!, { clientId: 'term-a1', username: 'term-a1', password: 'terminal-secret-a1', reconnectPeriod: 0 });
-    await new Promise<void>((resolve, reject) => {
-      term.once('connect', () => resolve());
-      term.once('error', reject);
-    });
-    term.on('message', (topic, payload) => got.push({ kind: topic.split('/').pop()!, body: JSON.parse(payload.toString()) }));
-    await term.subscribeAsync(`${P}/down/#`, { qos: 1 });
+    tt = await connectScriptedTerminal(t);
+    term = tt.term;
   });
   afterAll(async () => {
-    term?.end(true);
+    tt?.close();
     await t?.close();
   });
 
   it('a creation and then cancels at an unchanged clock are pushed at once, each as its own delta', async () => {
     const a = await create();
-    const status = {
-      v: 1, state: 'online', terminalId: 'term-a1', agentVersion: 'test', startedAt: new Date().toISOString(), at: new Date().toISOString(),
-      codes: { epoch: null, version: 0, count: 0 }, journal: { unsent: 0, lastSeq: 0 }, buses: [],
-    };
-    await term.publishAsync(`${P}/up/status`, JSON.stringify(status), { qos: 1, retain: true });
+    await term.publishAsync(`${P}/up/status`, JSON.stringify(terminalStatus(0, null)), { qos: 1, retain: true });
     const snap = await waitFor(() => lastCodes()?.type === 'snapshot' && lastCodes(), 'snapshot');
     expect(snap.codes.filter((c: any) => c.shipmentUid === a)).toHaveLength(4);
 

@@ -3,10 +3,11 @@
 // on up/sync, events stored once (repeat by eventId ignored), malformed messages dropped, and the
 // MqttTerminalGateway's answers (ok, timeout, hardware fault, offline). Both engines.
 import crypto from 'node:crypto';
-import mqtt, { type MqttClient } from 'mqtt';
+import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashCode } from '@locker/common';
 import { createTestService, describeEngines, type TestService } from './support/harness';
+import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, codes, ok } from './shipments-helpers';
 import { diffCodes, entryDigest } from '../src/edge/codes';
@@ -36,29 +37,23 @@ describeEngines('edge sync with a scripted terminal', (engine) => {
   let t: TestService;
   let term: MqttClient;
   let user: string;
-  const got: { kind: string; body: any }[] = [];
+  let tt: ScriptedTerminal;
+  let got: ScriptedTerminal['got'];
   const P = 'locker/v1/t/term-a1';
-  const status = (version: number, epoch: string | null) => ({
-    v: 1, state: 'online', terminalId: 'term-a1', agentVersion: 'test', startedAt: new Date().toISOString(), at: new Date().toISOString(),
-    codes: { epoch, version, count: 0 }, journal: { unsent: 0, lastSeq: 0 }, buses: [],
-  });
+  const status = (version: number, epoch: string | null) => terminalStatus(version, epoch);
   let seq = 0;
   const event = (type: string, fields: Record<string, unknown> = {}) => ({ v: 1, eventId: crypto.randomUUID(), seq: ++seq, terminalId: 'term-a1', at: new Date().toISOString(), type, ...fields });
-  const lastCodes = () => [...got].reverse().find((g) => g.kind === 'codes')?.body;
+  const lastCodes = () => tt.lastCodes();
 
   beforeAll(async () => {
     t = await createTestService(engine, { config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 50, commandTimeoutMs: 400 } }, startWorkers: true });
     user = await addUser(t, PUP_A1);
-    term = mqtt.connect(t.ctx.bus!.address()!, { clientId: 'term-a1', username: 'term-a1', password: 'terminal-secret-a1', reconnectPeriod: 0 });
-    await new Promise<void>((resolve, reject) => {
-      term.once('connect', () => resolve());
-      term.once('error', reject);
-    });
-    term.on('message', (topic, payload) => got.push({ kind: topic.split('/').pop()!, body: JSON.parse(payload.toString()) }));
-    await term.subscribeAsync(`${P}/down/#`, { qos: 1 });
+    tt = await connectScriptedTerminal(t);
+    term = tt.term;
+    got = tt.got;
   });
   afterAll(async () => {
-    term?.end(true);
+    tt?.close();
     await t?.close();
   });
 
