@@ -6,20 +6,11 @@
 import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
+import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, ok } from './shipments-helpers';
 import { EdgeSync } from '../src/edge/sync';
-
-async function waitFor<T>(fn: () => T | Promise<T>, what: string, ms = 3000): Promise<NonNullable<T>> {
-  const start = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 15));
-  }
-}
 
 describeEngines('code push on change', (engine) => {
   let t: TestService;

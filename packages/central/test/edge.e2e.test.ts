@@ -13,18 +13,9 @@ import { hashCode as hashOf } from '@locker/common';
 import { Agent } from '../../agent/src/agent';
 import { AgentConfigSchema } from '../../agent/src/config';
 import { createTestService, describeEngines, type TestService } from './support/harness';
+import { waitFor } from './support/wait';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, codes, fails, ok, stateOf, transitions } from './shipments-helpers';
-
-async function waitFor<T>(fn: () => T | Promise<T>, what: string, ms = 10_000): Promise<NonNullable<T>> {
-  const start = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describeEngines('edge sync end to end: central + agent + simulator', (engine) => {
   let t: TestService;

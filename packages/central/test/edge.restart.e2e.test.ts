@@ -17,18 +17,9 @@ import { AgentConfigSchema } from '../../agent/src/config';
 import { CentralService } from '../src/service';
 import { createLogger } from '../src/logger';
 import { apiClient, createTestService, describeEngines, type TestService } from './support/harness';
+import { waitFor } from './support/wait';
 import { PUP_A1, testSite } from './support/fixtures';
 import { addUser, booking, codes, ok, stateOf, transitions, type Codes } from './shipments-helpers';
-
-async function waitFor<T>(fn: () => T | Promise<T>, what: string, ms = 10_000): Promise<NonNullable<T>> {
-  const start = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /** A TCP port that is free now (taken and released at once); the broker listens on it every time. */
 async function freePort(): Promise<number> {

@@ -7,20 +7,11 @@ import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashCode } from '@locker/common';
 import { createTestService, describeEngines, type TestService } from './support/harness';
+import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, codes, ok } from './shipments-helpers';
 import { diffCodes, entryDigest } from '../src/edge/codes';
-
-async function waitFor<T>(fn: () => T | Promise<T>, what: string, ms = 8000): Promise<NonNullable<T>> {
-  const start = Date.now();
-  for (;;) {
-    const v = await fn();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 15));
-  }
-}
 
 describe('code diff (pure)', () => {
   const e = (id: string, lock = 1) => ({ id, shipmentUid: 's', usage: 'DropOff' as const, type: 'Qr' as const, hash: hashCode(id), locker: { uid: 'l', bus: 'bus0', board: 0, lock } });

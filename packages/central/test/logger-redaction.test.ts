@@ -1,18 +1,12 @@
 // The central logger's redaction: secrets and personal data never reach a log line, at the top of
 // a logged object or nested below it; what operators need (ids, states, error codes) stays.
-import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { PERSONAL_KEYS, SECRET_KEYS } from '@locker/common';
 import { createLogger } from '../src/logger';
+import { captureLog } from './support/log-capture';
 
 function capture() {
-  const lines: string[] = [];
-  const destination = new Writable({
-    write(chunk, _enc, cb) {
-      lines.push(chunk.toString());
-      cb();
-    },
-  });
+  const { destination, lines } = captureLog();
   return { log: createLogger({ level: 'trace', destination }), lines };
 }
 

@@ -1,11 +1,11 @@
 // Terminal logins on the embedded broker: scrypt runs on the thread pool, and failed logins are
 // throttled (per terminal id and address, per address) with a log line. A burst of bad CONNECTs
 // must not stall the HTTP API on the same event loop, and a correct secret still connects.
-import { Writable } from 'node:stream';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import mqtt, { type MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestService, type TestService } from './support/harness';
+import { captureLog } from './support/log-capture';
 import { EmbeddedBroker } from '../src/mqtt/embedded';
 import { createLogger } from '../src/logger';
 
@@ -25,16 +25,13 @@ function tryConnect(url: string, opts: mqtt.IClientOptions): Promise<{ ok: boole
 describe('embedded broker: terminal login cost and throttling', () => {
   let t: TestService;
   let broker: EmbeddedBroker;
-  const lines: any[] = [];
+  let lines: any[] = [];
   const clients: MqttClient[] = [];
   beforeAll(async () => {
     t = await createTestService('sqlite');
-    const sink = new Writable({
-      write(chunk, _enc, cb) {
-        for (const l of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(l));
-        cb();
-      },
-    });
+    const log = captureLog();
+    lines = log.entries;
+    const sink = log.destination;
     broker = new EmbeddedBroker({ host: '127.0.0.1', port: 0, db: t.ctx.db.kysely, log: createLogger({ level: 'info', destination: sink }), authThrottle: { blockMs: 1500 } });
     await broker.start();
   });

@@ -2,11 +2,11 @@
 // packet's header arrives, before its payload is buffered), no QoS 2, retained only on up/status
 // (its status and last will), and a cap on the subscriptions of one connection.
 import net from 'node:net';
-import { Writable } from 'node:stream';
 import mqtt, { type MqttClient } from 'mqtt';
 import mqttPacket from 'mqtt-packet';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestService, type TestService } from './support/harness';
+import { captureLog } from './support/log-capture';
 import { EmbeddedBroker } from '../src/mqtt/embedded';
 import { topics } from '../src/mqtt/topics';
 import { createLogger } from '../src/logger';
@@ -36,17 +36,14 @@ function publishOutcome(c: MqttClient, topic: string, payload: Buffer | string, 
 describe('embedded broker: limits on terminal messages and subscriptions', () => {
   let t: TestService;
   let broker: EmbeddedBroker;
-  const lines: any[] = [];
+  let lines: any[] = [];
   const clients: MqttClient[] = [];
   const stored: string[] = [];
   beforeAll(async () => {
     t = await createTestService('sqlite');
-    const sink = new Writable({
-      write(chunk, _enc, cb) {
-        for (const l of String(chunk).split('\n').filter(Boolean)) lines.push(JSON.parse(l));
-        cb();
-      },
-    });
+    const log = captureLog();
+    lines = log.entries;
+    const sink = log.destination;
     broker = new EmbeddedBroker({ host: '127.0.0.1', port: 0, db: t.ctx.db.kysely, log: createLogger({ level: 'info', destination: sink }), maxMessageBytes: MAX, maxSubscriptions: 4 });
     await broker.start();
     await broker.subscribe('locker/v1/t/+/up/events', (_topic, p) => void stored.push(p.toString()), { beforeAck: true });
