@@ -4,7 +4,7 @@
 // delivery happens in the delivery worker (worker.ts), apart from the API call.
 import type { Kysely, Transaction } from 'kysely';
 import type { Database } from '../db/schema';
-import { newUid, toApiTime } from '../ids';
+import { newSeqUid, toApiTime } from '../ids';
 import { loadCallbackRegistration } from './registration';
 
 export interface ShipmentStatusEvent {
@@ -77,7 +77,7 @@ export async function enqueueShipmentStatus(
       .executeTakeFirst();
     sequence = Number(last?.m ?? 0) + 1;
   }
-  const eventId = newUid();
+  const eventId = newSeqUid(); // time-ordered: the outbox's primary key grows at its right edge
   // without exec: the registration is read first (Kysely); with exec the INSERT decides (below)
   let status: 'pending' | 'skipped' = 'skipped';
   if (!opts.exec) status = (await loadCallbackRegistration(trx, ev.tenantUid))?.url ? 'pending' : 'skipped';

@@ -18,13 +18,25 @@ function unwrap(s: AnyZod): AnyZod {
   return cur;
 }
 
+/** a shape's keys by their lower-case spelling, made once per shape (schemas live for the process) */
+const lowerKeys = new WeakMap<object, Map<string, string>>();
+
+function byLowerCase(shape: Record<string, AnyZod>): Map<string, string> {
+  let m = lowerKeys.get(shape);
+  if (!m) {
+    m = new Map();
+    for (const k of Object.keys(shape)) m.set(k.toLowerCase(), k);
+    lowerKeys.set(shape, m);
+  }
+  return m;
+}
+
 export function normalizeKeys(schema: AnyZod, value: unknown): unknown {
   const s: any = unwrap(schema);
   const type = s?._zod?.def?.type;
   if (type === 'object' && value && typeof value === 'object' && !Array.isArray(value)) {
     const shape: Record<string, AnyZod> = s._zod.def.shape;
-    const byLower = new Map<string, string>();
-    for (const k of Object.keys(shape)) byLower.set(k.toLowerCase(), k);
+    const byLower = byLowerCase(shape);
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
       const canon = shape[k] ? k : (byLower.get(k.toLowerCase()) ?? k);

@@ -3,7 +3,7 @@
 // point (a partial unique index; an insert that collides is retried with a new PIN). Qr values
 // carry 144 random bits. The table is what a terminal needs to validate codes offline.
 import { sql } from 'kysely';
-import { newSeqUid as newUid, randomBytes } from './uid';
+import { newSeqUid as newUid, randomBytes } from '../ids';
 import type { Trx } from './tx';
 import type { Db } from '../db/database';
 import { rawQuery, type Exec } from './sqlq';

@@ -57,18 +57,21 @@ export async function rawQuery<R>(trx: Trx, db: Db, text: string, params: readon
     const st = sqliteStatement(db.sqlite!, text);
     if (TIMES) {
       const t0 = performance.now();
-      const r = st.reader ? st.all(...params) : st.run(...params);
+      const r = st.reader ? st.all(params) : st.run(params);
       const e = TIMES.get(text) ?? [0, 0];
       e[0]++;
       e[1] += performance.now() - t0;
       TIMES.set(text, e);
       return st.reader ? { rows: r as R[], numAffectedRows: (r as R[]).length } : { rows: [], numAffectedRows: (r as BetterSqlite3.RunResult).changes };
     }
+    // the parameters bound as one array (better-sqlite3 takes it as the anonymous parameters), not
+    // spread into the call: a spread of the 29 shipment or 60 access-code values cost more than
+    // some of the statements themselves
     if (st.reader) {
-      const rows = st.all(...params) as R[];
+      const rows = st.all(params) as R[];
       return { rows, numAffectedRows: rows.length };
     }
-    return { rows: [], numAffectedRows: st.run(...params).changes };
+    return { rows: [], numAffectedRows: st.run(params).changes };
   }
   const r = await trx.executeQuery<R>(CompiledQuery.raw(pgSql(text), [...params]));
   return { rows: r.rows, numAffectedRows: Number(r.numAffectedRows ?? r.rows.length) };
