@@ -203,7 +203,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const booked = Number(counts.rows[0]?.booked ?? 0);
     const stored = Number(counts.rows[0]?.stored ?? 0);
     const pendingOutbox = Number((await ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.countAll<number>().as('n')).where('status', '=', 'pending').executeTakeFirst())?.n ?? 0);
-    const runner = shipmentService(ctx).tx;
+    const runner = shipmentService(ctx).tx.inner;
     const batching = runner instanceof SqliteGroupCommitRunner ? `, group commit: ${runner.stats.jobs} jobs in ${runner.stats.batches} transactions (mean ${(runner.stats.jobs / Math.max(1, runner.stats.batches)).toFixed(1)}, max ${runner.stats.maxBatch})` : '';
 
     await fill(ctx.db, tenant.uid, pups, user);

@@ -15,15 +15,26 @@
 // Answers with status >= 500 are not stored (the key is released, a retry runs the call again):
 // the handler's transaction rolled back, so running it again is safe.
 //
+// A job the handler runs through the shipments' TxRunner marks the reservation `committed` in the
+// job's own transaction (markIdempotentRun): the key row then says, atomically with the booking,
+// that the call took effect. A process that dies after that COMMIT but before the answer is stored
+// leaves `committed`, never `pending`, so a repeat after lockSeconds is refused with
+// IdempotencyKeyOutcomeUnknown instead of taking the key over and booking a second time. The
+// mark checks the reservation's lock (locked_until, unique per holder): a request that ran past
+// lockSeconds and was taken over by a repeat is rolled back instead of committing a second run.
+//
 // Storing the answer (after the handler committed) is retried (STORE_RETRIES_MS). If it still
 // fails, a repeat must not run the call again, as the outcome is known only to this process:
 //  - the key is marked `unknown` in the store (when that write works): a repeat on any instance
 //    gets 400 IdempotencyKeyOutcomeUnknown, never a second run and never a take-over;
 //  - this process keeps the answer in memory and replays it to a repeat, and keeps trying to store
 //    it in the background (STORE_BACKGROUND_MS) until it is stored or the key expires.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import crypto from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { sql, type Transaction } from 'kysely';
 import type { AppContext, Worker } from '../context';
+import type { Database } from '../db/schema';
 import { ApiError } from '../errors';
 import { toDbTime } from '../ids';
 
@@ -45,11 +56,39 @@ interface Answer {
 /** Counters a test can watch (a repeat that found the key pending and waits for the first answer). */
 export const idempotencyStats = { waits: 0 };
 
-interface Reservation {
+export interface Reservation {
   tenantUid: string;
   key: string;
+  /** the lock this request holds (locked_until as it set it): a take-over sets a later one */
+  lockedUntil: string;
   /** the answer was written to the store or the reservation released */
   settled: boolean;
+}
+
+/** The reservation of the request whose handler is running (v1Post runs handlers inside it). */
+export const idempotencyScope = new AsyncLocalStorage<Reservation>();
+
+/** The running request's reservation, if it has one; capture it where a job is queued. */
+export function currentReservation(): Reservation | undefined {
+  return idempotencyScope.getStore();
+}
+
+/**
+ * Marks the reservation `committed` in the transaction of a job of its request (see the header).
+ * Throws IdempotencyKeyInProgress (the job rolls back) when the request no longer holds the key.
+ */
+export async function markIdempotentRun(trx: Transaction<Database>, r: Reservation): Promise<void> {
+  const res = await trx
+    .updateTable('idempotency_keys')
+    .set({ status: 'committed' })
+    .where('tenant_uid', '=', r.tenantUid)
+    .where('idem_key', '=', r.key)
+    .where('locked_until', '=', r.lockedUntil)
+    .where('status', 'in', ['pending', 'committed'])
+    .executeTakeFirst();
+  if (Number(res.numUpdatedRows) !== 1) {
+    throw new ApiError('IdempotencyKeyInProgress', 'this request ran longer than idempotency.lockSeconds and a repeat with its Idempotency-Key took the key over: it was not carried out; retry later', 400, { 'retry-after': '1' });
+  }
 }
 
 declare module 'fastify' {
@@ -134,7 +173,7 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
         .onConflict((oc) => oc.columns(['tenant_uid', 'idem_key']).doNothing())
         .executeTakeFirst();
       if (Number(ins.numInsertedOrUpdatedRows ?? 0) === 1) {
-        req.idempotency = { tenantUid, key, settled: false };
+        req.idempotency = { tenantUid, key, lockedUntil, settled: false };
         return;
       }
       const row = await db.selectFrom('idempotency_keys').selectAll().where('tenant_uid', '=', tenantUid).where('idem_key', '=', key).executeTakeFirst();
@@ -150,15 +189,18 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
         log.debug({ tenantUid, route: req.routeOptions.url }, 'idempotent replay');
         return replay(reply, row);
       }
-      if (row.status === 'unknown') {
+      // committed, and its holder's lock ran out without the answer being stored: the holder died
+      // between its COMMIT and storing the answer
+      if (row.status === 'unknown' || (row.status === 'committed' && row.locked_until <= nowS)) {
         throw new ApiError(
           'IdempotencyKeyOutcomeUnknown',
           'the first request with this Idempotency-Key ran, but its answer could not be stored: it is not run again; read the outcome (e.g. GetShipments by referenceNo) before sending a new key',
           400,
         );
       }
-      // Pending: the first request still runs, or its process died (take over after the lock).
-      if (row.locked_until <= nowS) {
+      // Pending: the first request still runs, or its process died before anything committed (take
+      // over after the lock). Committed within the lock: its answer is about to be stored (wait).
+      if (row.status === 'pending' && row.locked_until <= nowS) {
         const took = await db
           .updateTable('idempotency_keys')
           .set({ locked_until: lockedUntil })
@@ -168,7 +210,7 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
           .where('locked_until', '=', row.locked_until)
           .executeTakeFirst();
         if (Number(took.numUpdatedRows) === 1) {
-          req.idempotency = { tenantUid, key, settled: false };
+          req.idempotency = { tenantUid, key, lockedUntil, settled: false };
           return;
         }
         continue;
@@ -182,18 +224,22 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
     }
   });
 
+  /** this request's row: the key, still under the lock this request holds */
+  const held = <Q extends { where: (...a: any[]) => Q }>(q: Q, r: Reservation): Q => q.where('tenant_uid', '=', r.tenantUid).where('idem_key', '=', r.key).where('locked_until', '=', r.lockedUntil);
+
+  /**
+   * No answer to keep (a server fault, an aborted request): a reservation on which nothing
+   * committed is released (a retry runs the call); one on which a job committed is marked
+   * `unknown` (a retry must not run it again).
+   */
   const release = async (r: Reservation) => {
     r.settled = true;
-    await db.deleteFrom('idempotency_keys').where('tenant_uid', '=', r.tenantUid).where('idem_key', '=', r.key).where('status', '=', 'pending').execute();
+    await held(db.deleteFrom('idempotency_keys'), r).where('status', '=', 'pending').execute();
+    await held(db.updateTable('idempotency_keys'), r).set({ status: 'unknown', locked_until: sql`expires_at` }).where('status', '=', 'committed').execute();
   };
 
-  const storeAnswer = (r: Reservation, a: Answer) =>
-    db
-      .updateTable('idempotency_keys')
-      .set({ status: 'done', response_status: a.status, response_body: a.body, response_type: a.type })
-      .where('tenant_uid', '=', r.tenantUid)
-      .where('idem_key', '=', r.key)
-      .execute();
+  // only while this request holds the key: a request that lost it to a take-over stores nothing
+  const storeAnswer = (r: Reservation, a: Answer) => held(db.updateTable('idempotency_keys'), r).set({ status: 'done', response_status: a.status, response_body: a.body, response_type: a.type }).execute();
 
   /** Stores the answer, retrying; false when every attempt failed. */
   const storeWithRetries = async (r: Reservation, a: Answer): Promise<boolean> => {
@@ -215,15 +261,18 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
     const k = mapKey(r.tenantUid, r.key);
     const entry = { answer: a, hash, expiresAt, timer: null as NodeJS.Timeout | null };
     unstored.set(k, entry);
+    const lockedForLife = toDbTime(new Date(expiresAt));
     try {
       // never taken over: locked as long as the key lives
       await db
         .updateTable('idempotency_keys')
-        .set({ status: 'unknown', locked_until: toDbTime(new Date(expiresAt)) })
+        .set({ status: 'unknown', locked_until: lockedForLife })
         .where('tenant_uid', '=', r.tenantUid)
         .where('idem_key', '=', r.key)
-        .where('status', '=', 'pending')
+        .where('locked_until', '=', r.lockedUntil)
+        .where('status', 'in', ['pending', 'committed'])
         .execute();
+      r.lockedUntil = lockedForLife; // the background store below writes under the new lock
     } catch (err) {
       log.error({ err: { message: (err as Error).message } }, 'could not mark the idempotency key as outcome unknown');
     }

@@ -6,6 +6,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { z } from 'zod';
 import { ErrorEnvelope } from './envelope';
 import { normalizeKeys } from './keys';
+import { idempotencyScope } from './idempotency';
 
 export interface V1RouteDef<B extends z.ZodTypeAny, R extends z.ZodTypeAny> {
   path: string;
@@ -42,7 +43,10 @@ export function v1Post<B extends z.ZodTypeAny, R extends z.ZodTypeAny>(app: Fast
       if (def.jsonBody !== false) (req as { body: unknown }).body = normalizeKeys(def.body, req.body);
     },
     handler: (async (req: FastifyRequest) => {
-      const data = await def.handler(req.body as z.infer<B>, req);
+      // an Idempotency-Key reservation travels with the handler's work (its jobs mark it in their
+      // own transaction: http/idempotency.ts)
+      const run = () => def.handler(req.body as z.infer<B>, req);
+      const data = await (req.idempotency ? idempotencyScope.run(req.idempotency, run) : run());
       return { ...data, success: true, error: null, message: null };
     }) as never,
   });

@@ -14,6 +14,7 @@ import { copyCodes, insertCodePair, insertLinkCode, insertNewShipmentCodes, inva
 import { initial, transition, type Input, type MachineState } from './state-machine';
 import { createTxRunner, type Trx, type TxJob, type TxRunner } from './tx';
 import { notifyCodesChanged } from '../edge/notify';
+import { currentReservation, markIdempotentRun } from '../http/idempotency';
 import { rawQuery, StatementBatch, type Exec } from './sqlq';
 import { isActive, type Cause, type Flow, type StateCode, type TypeCode, type WaitKind } from './types';
 
@@ -95,13 +96,19 @@ export function touchCodes(trx: Trx, pupUid: string): void {
 }
 
 /**
- * Runs jobs on `inner` and, once a job settled (committed, or rolled back: a push then finds
- * nothing to send), calls notifyCodesChanged for every pick up point its transaction touched. The
- * first job of a batch to settle notifies for the whole batch.
+ * Runs the shipment service's jobs on `inner` (the engine's runner):
+ * - a job queued by a request that holds an Idempotency-Key marks that reservation `committed`
+ *   in the job's own transaction (http/idempotency.ts markIdempotentRun). The reservation is read
+ *   here, where the request queues the job: a SQLite batch runs in the async context of the
+ *   request that started it, not of each job's;
+ * - once a job settled (committed, or rolled back: a push then finds nothing to send), it calls
+ *   notifyCodesChanged for every pick up point its transaction touched. The first job of a batch
+ *   to settle notifies for the whole batch.
  */
-export class CodeNotifyingTxRunner implements TxRunner {
+export class ServiceTxRunner implements TxRunner {
   constructor(readonly inner: TxRunner) {}
   async run<T>(job: TxJob<T>): Promise<T> {
+    const reservation = currentReservation();
     const seen = new Set<Trx>();
     const settle = () => {
       for (const trx of seen) {
@@ -113,8 +120,9 @@ export class CodeNotifyingTxRunner implements TxRunner {
       }
     };
     try {
-      return await this.inner.run((trx) => {
+      return await this.inner.run(async (trx) => {
         seen.add(trx); // a PostgreSQL retry runs the job again in a new transaction
+        if (reservation) await markIdempotentRun(trx, reservation);
         return job(trx);
       });
     } finally {
@@ -125,11 +133,11 @@ export class CodeNotifyingTxRunner implements TxRunner {
 
 export class ShipmentService {
   /** the write runner (its `inner` is the engine's: SQLite group commit or PostgreSQL) */
-  readonly tx: CodeNotifyingTxRunner;
+  readonly tx: ServiceTxRunner;
   private readonly log: Logger;
 
   constructor(readonly ctx: AppContext) {
-    this.tx = new CodeNotifyingTxRunner(createTxRunner(ctx.db));
+    this.tx = new ServiceTxRunner(createTxRunner(ctx.db));
     this.log = ctx.log.child({ ns: 'central.shipments' });
   }
 
