@@ -12,8 +12,9 @@
 // or skipped. So while a receiver is down, the messages behind its failing heads are not due, and a
 // poll (due pending rows by next_attempt_at: index callback_outbox_due, LIMIT) reads only heads,
 // newly queued rows and the few parked ones whose park ran out; however large the backlog. The park
-// is only a safety net: a wake-up lost in a race between instances costs at most PARK_MAX_MS.
-import type { Kysely } from 'kysely';
+// is a safety net in time (it runs out after PARK_MAX_MS at most); on PostgreSQL a park and the
+// un-park of the predecessor's recording are serialized by a row lock (parkBehind).
+import type { Kysely, Transaction } from 'kysely';
 import { sql } from 'kysely';
 import type { AppContext, Worker } from '../context';
 import type { Database } from '../db/schema';
@@ -179,23 +180,7 @@ export class CallbackDeliveryWorker implements Worker {
 
   /** Moves messages still queued behind a pending one of their shipment ahead (see above). */
   private async park(rows: OutboxRow[]): Promise<void> {
-    const t = this.ctx.clock.now().getTime();
-    const until = (r: OutboxRow) => toDbTime(new Date(t + Math.min(PARK_MAX_MS, Math.max(PARK_MIN_MS, t - new Date(r.created_at).getTime()))));
-    const cases = sql.join(rows.map((r) => sql`when ${r.event_id} then ${until(r)}`), sql` `);
-    await this.db
-      .updateTable('callback_outbox')
-      .set({ next_attempt_at: sql<string>`case event_id ${cases} end` })
-      .where(
-        'event_id',
-        'in',
-        rows.map((r) => r.event_id),
-      )
-      // only the primary key selects the rows (a status/next_attempt_at condition here made SQLite
-      // pick the due index and read the whole due backlog); a row that is behind is pending
-      .where(
-        sql<boolean>`exists (select 1 from callback_outbox p where p.shipment_uid = callback_outbox.shipment_uid and p.status = 'pending' and p.sequence < callback_outbox.sequence)`,
-      )
-      .execute();
+    await parkBehind(this.db, this.ctx.db.engine, rows, this.ctx.clock.now().getTime());
   }
 
   /** Takes the row for this worker; false when another worker has it or it is no longer a due head. */
@@ -220,19 +205,7 @@ export class CallbackDeliveryWorker implements Worker {
    */
   private async finish(row: OutboxRow, set: Partial<OutboxRow>): Promise<void> {
     const now = toDbTime(this.ctx.clock.now());
-    await this.db.transaction().execute(async (trx) => {
-      const res = await trx.updateTable('callback_outbox').set(set).where('event_id', '=', row.event_id).where('lease_owner', '=', this.owner).executeTakeFirst();
-      if (Number(res.numUpdatedRows) !== 1) return;
-      await trx
-        .updateTable('callback_outbox')
-        .set({ next_attempt_at: now })
-        .where('shipment_uid', '=', row.shipment_uid)
-        .where('status', '=', 'pending')
-        .where('next_attempt_at', '>', now)
-        .where('attempts', '=', 0)
-        .where(sql<boolean>`sequence = (select min(p.sequence) from callback_outbox p where p.shipment_uid = ${row.shipment_uid} and p.status = 'pending')`)
-        .execute();
-    });
+    await this.db.transaction().execute((trx) => recordFinal(trx, row, set, this.owner, now));
   }
 
   private async deliver(row: OutboxRow, stopSignal: AbortSignal): Promise<void> {
@@ -319,6 +292,56 @@ export function candidateQuery(db: Kysely<Database>, now: string, limit: number,
 }
 
 const isTrue = (v: unknown) => v === true || Number(v) === 1;
+
+/**
+ * Parks `rows` (see the header) while an earlier message of their shipment is still pending.
+ * PostgreSQL, several instances: the predecessor found pending is share-locked (FOR SHARE), so
+ * the park and the transaction that records that predecessor delivered (recordFinal, which
+ * updates it) are serialized. Without the lock a park whose snapshot still saw the predecessor
+ * pending could commit after that transaction had looked for parked successors and found none:
+ * the successor then waited for its park to run out (up to PARK_MAX_MS) instead of being due at
+ * once. With it, either the park goes first (the recording waits for it and then un-parks the
+ * successor) or the recording goes first (the park waits, re-reads the predecessor, now no longer
+ * pending, and parks nothing). SQLite has one writer: the two never interleave.
+ */
+export async function parkBehind(db: Kysely<Database> | Transaction<Database>, engine: 'sqlite' | 'postgres', rows: OutboxRow[], nowMs: number): Promise<void> {
+  const until = (r: OutboxRow) => toDbTime(new Date(nowMs + Math.min(PARK_MAX_MS, Math.max(PARK_MIN_MS, nowMs - new Date(r.created_at).getTime()))));
+  const cases = sql.join(rows.map((r) => sql`when ${r.event_id} then ${until(r)}`), sql` `);
+  const lock = engine === 'postgres' ? sql` for share of p` : sql``;
+  await db
+    .updateTable('callback_outbox')
+    .set({ next_attempt_at: sql<string>`case event_id ${cases} end` })
+    .where(
+      'event_id',
+      'in',
+      rows.map((r) => r.event_id),
+    )
+    // only the primary key selects the rows (a status/next_attempt_at condition here made SQLite
+    // pick the due index and read the whole due backlog); a row that is behind is pending
+    .where(
+      sql<boolean>`exists (select 1 from callback_outbox p where p.shipment_uid = callback_outbox.shipment_uid and p.status = 'pending' and p.sequence < callback_outbox.sequence${lock})`,
+    )
+    .execute();
+}
+
+/**
+ * Records a message's final outcome (`set`: delivered or skipped) if `owner` still holds its lease,
+ * and makes the next pending message of its shipment due at `now` (it may be parked behind this
+ * one). Run in one transaction (see parkBehind for how it and a park are ordered).
+ */
+export async function recordFinal(trx: Transaction<Database>, row: OutboxRow, set: Partial<OutboxRow>, owner: string, now: string): Promise<void> {
+  const res = await trx.updateTable('callback_outbox').set(set).where('event_id', '=', row.event_id).where('lease_owner', '=', owner).executeTakeFirst();
+  if (Number(res.numUpdatedRows) !== 1) return;
+  await trx
+    .updateTable('callback_outbox')
+    .set({ next_attempt_at: now })
+    .where('shipment_uid', '=', row.shipment_uid)
+    .where('status', '=', 'pending')
+    .where('next_attempt_at', '>', now)
+    .where('attempts', '=', 0)
+    .where(sql<boolean>`sequence = (select min(p.sequence) from callback_outbox p where p.shipment_uid = ${row.shipment_uid} and p.status = 'pending')`)
+    .execute();
+}
 
 class StopSignal extends Error {
   constructor() {
