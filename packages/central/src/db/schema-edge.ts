@@ -40,7 +40,14 @@ export interface EdgeEventsTable {
   attempts: number;
 }
 
+/** Raised in every transaction that changes a pick up point's codes: the edge sync's change marker. */
+export interface PupCodeVersionsTable {
+  pup_uid: string;
+  version: number | string;
+}
+
 export interface EdgeTables {
+  pup_code_versions: PupCodeVersionsTable;
   edge_terminals: EdgeTerminalsTable;
   edge_pushed_codes: EdgePushedCodesTable;
   edge_events: EdgeEventsTable;

@@ -5,16 +5,23 @@ import type { Kysely } from 'kysely';
 import { hashCode, type CodeEntry } from '@locker/common';
 import type { Database } from '../db/schema';
 
-export async function currentCodes(db: Kysely<Database>, pupUid: string): Promise<CodeEntry[]> {
-  const rows = await db
+/**
+ * The valid drop-off and pick-up codes of a pick up point with their locks. Reads only the point's
+ * valid codes (index access_codes_pup_valid_value), not its whole history. Exported for tests.
+ */
+export function currentCodesQuery(db: Kysely<Database>, pupUid: string) {
+  return db
     .selectFrom('access_codes as c')
     .innerJoin('lockers as l', 'l.uid', 'c.locker_uid')
     .select(['c.uid', 'c.shipment_uid', 'c.usage', 'c.type', 'c.value', 'l.uid as locker_uid', 'l.bus', 'l.board_address', 'l.lock_number'])
     .where('c.pup_uid', '=', pupUid)
     .where('c.valid', '=', 1)
     .where('c.usage', 'in', ['DropOff', 'PickUp'])
-    .orderBy('c.uid')
-    .execute();
+    .orderBy('c.uid');
+}
+
+export async function currentCodes(db: Kysely<Database>, pupUid: string): Promise<CodeEntry[]> {
+  const rows = await currentCodesQuery(db, pupUid).execute();
   return rows.map((r) => ({
     id: r.uid,
     shipmentUid: r.shipment_uid,

@@ -291,23 +291,20 @@ export class EdgeSync implements Worker {
       });
   }
 
-  /** The cheap change marker per pick up point: counts (all and valid) and latest times of codes and lockers. */
+  /**
+   * The cheap change marker per pick up point: its code version (raised in every transaction that
+   * changes its codes: one row per point, however many codes it ever had) and its latest locker
+   * change (a locker moved to another lock by provisioning).
+   */
   private async readMarkers(): Promise<Map<string, string>> {
-    const codes = await this.db
-      .selectFrom('access_codes')
-      // the number of valid codes changes with every invalidation, even one at the same time
-      // (same millisecond, or an instance whose clock lags) as an earlier one
-      .select((eb) => ['pup_uid', eb.fn.countAll<number>().as('n'), eb.fn.sum<number>('valid').as('v'), eb.fn.max('created_at').as('c'), eb.fn.max('invalidated_at').as('i')])
-      .where('usage', 'in', ['DropOff', 'PickUp'])
-      .groupBy('pup_uid')
-      .execute();
+    const codes = await this.db.selectFrom('pup_code_versions').select(['pup_uid', 'version']).execute();
     const lockers = await this.db
       .selectFrom('lockers')
       .select((eb) => ['pup_uid', eb.fn.max('updated_at').as('u')])
       .groupBy('pup_uid')
       .execute();
     const m = new Map<string, string>();
-    for (const r of codes) m.set(r.pup_uid, `${r.n}|${Number(r.v ?? 0)}|${r.c ?? ''}|${r.i ?? ''}`);
+    for (const r of codes) m.set(r.pup_uid, String(r.version));
     for (const r of lockers) m.set(r.pup_uid, `${m.get(r.pup_uid) ?? ''}|${r.u ?? ''}`);
     return m;
   }

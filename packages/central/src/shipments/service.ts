@@ -87,12 +87,32 @@ const THROTTLE_MS = ROTATE_WINDOW_MS;
 
 /** Pick up points whose codes a transaction changed (SQLite: every job of a group-commit batch shares it). */
 const codesTouched = new WeakMap<Trx, Set<string>>();
+/** ... and those the job running in it now changed (a transaction runs one job at a time) */
+const jobTouched = new WeakMap<Trx, Set<string>>();
 
-/** Notes that `trx` changes codes of a pick up point: its terminals get a push once it committed. */
+/**
+ * Notes that `trx` changes codes of a pick up point: the job raises the point's code version
+ * before it ends (in its transaction), and its terminals get a push once it committed.
+ */
 export function touchCodes(trx: Trx, pupUid: string): void {
   let s = codesTouched.get(trx);
   if (!s) codesTouched.set(trx, (s = new Set()));
   s.add(pupUid);
+  jobTouched.get(trx)?.add(pupUid);
+}
+
+const bumpSql = (n: number) =>
+  `INSERT INTO pup_code_versions (pup_uid, version) VALUES ${Array.from({ length: n }, () => '(?, 1)').join(', ')} ON CONFLICT (pup_uid) DO UPDATE SET version = pup_code_versions.version + 1`;
+const BUMP_1 = bumpSql(1);
+
+/**
+ * Raises the code version of these pick up points (edge/sync.ts reads them as its change marker),
+ * in sorted order: concurrent PostgreSQL jobs lock the rows in one order.
+ */
+async function bumpCodeVersions(trx: Trx, db: AppContext['db'], pups: Set<string>): Promise<void> {
+  if (pups.size === 0) return;
+  const list = [...pups].sort();
+  await rawQuery(trx, db, list.length === 1 ? BUMP_1 : bumpSql(list.length), list);
 }
 
 /**
@@ -101,12 +121,17 @@ export function touchCodes(trx: Trx, pupUid: string): void {
  *   in the job's own transaction (http/idempotency.ts markIdempotentRun). The reservation is read
  *   here, where the request queues the job: a SQLite batch runs in the async context of the
  *   request that started it, not of each job's;
+ * - a job that changed codes of pick up points (touchCodes) raises their code versions at its end,
+ *   in its transaction: the change marker other central instances poll (edge/sync.ts);
  * - once a job settled (committed, or rolled back: a push then finds nothing to send), it calls
  *   notifyCodesChanged for every pick up point its transaction touched. The first job of a batch
  *   to settle notifies for the whole batch.
  */
 export class ServiceTxRunner implements TxRunner {
-  constructor(readonly inner: TxRunner) {}
+  constructor(
+    readonly inner: TxRunner,
+    private readonly db: AppContext['db'],
+  ) {}
   async run<T>(job: TxJob<T>): Promise<T> {
     const reservation = currentReservation();
     const seen = new Set<Trx>();
@@ -123,7 +148,16 @@ export class ServiceTxRunner implements TxRunner {
       return await this.inner.run(async (trx) => {
         seen.add(trx); // a PostgreSQL retry runs the job again in a new transaction
         if (reservation) await markIdempotentRun(trx, reservation);
-        return job(trx);
+        const touched = new Set<string>();
+        jobTouched.set(trx, touched);
+        try {
+          const v = await job(trx);
+          // last, so a PostgreSQL job holds the point's version row only until its COMMIT
+          await bumpCodeVersions(trx, this.db, touched);
+          return v;
+        } finally {
+          jobTouched.delete(trx);
+        }
       });
     } finally {
       settle();
@@ -137,7 +171,7 @@ export class ShipmentService {
   private readonly log: Logger;
 
   constructor(readonly ctx: AppContext) {
-    this.tx = new ServiceTxRunner(createTxRunner(ctx.db));
+    this.tx = new ServiceTxRunner(createTxRunner(ctx.db), ctx.db);
     this.log = ctx.log.child({ ns: 'central.shipments' });
   }
 

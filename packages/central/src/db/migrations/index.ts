@@ -7,11 +7,13 @@ import * as m102 from './102_account_mail_codes';
 import * as m200 from './200_shipments';
 import * as m201 from './201_booking_candidates';
 import * as m202 from './202_booking_write_path';
+import * as m203 from './203_codes_valid_lookup';
 import * as m300 from './300_callbacks';
 import * as m301 from './301_outbox_indexes';
 import * as m302 from './302_outbox_park';
 import * as m400 from './400_edge';
 import * as m401 from './401_edge_seq_bigint';
+import * as m402 from './402_pup_code_versions';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -20,9 +22,11 @@ export const migrations: Record<string, Migration> = {
   '200_shipments': m200,
   '201_booking_candidates': m201,
   '202_booking_write_path': m202,
+  '203_codes_valid_lookup': m203,
   '300_callbacks': m300,
   '301_outbox_indexes': m301,
   '302_outbox_park': m302,
   '400_edge': m400,
   '401_edge_seq_bigint': m401,
+  '402_pup_code_versions': m402,
 };
