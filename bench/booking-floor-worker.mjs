@@ -1,7 +1,7 @@
 // The booking's SQL with nothing around it (bench/booking-floor.bench.ts): the statements a
 // CreateLocalShipment writes on SQLite (candidate lockers, conditional locker UPDATE, shipment row,
-// audit row, outbox row, five access codes), as raw better-sqlite3 prepared statements, one
-// SAVEPOINT per booking, group commit with synchronous=FULL. No Kysely, no promises inside a
+// audit row, outbox row, five access codes, the point's code version), as raw better-sqlite3
+// prepared statements, one SAVEPOINT per booking, group commit with synchronous=FULL. No Kysely, no promises inside a
 // batch, no validation, no auth. Loaded in the main thread (makeBooker) or as a worker thread that
 // owns the write connection (the "writer thread" design).
 //
@@ -47,6 +47,7 @@ export function makeBooker(file, { minimal = false, appendOnly = false } = {}) {
   const insertCodes = db.prepare(
     `INSERT INTO access_codes (uid, shipment_uid, tenant_uid, pup_uid, locker_uid, usage, type, value, valid, shared, created_at, invalidated_at) VALUES ${Array(5).fill(CODE_ROW).join(', ')} ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING RETURNING uid`,
   );
+  const bumpVersion = db.prepare('INSERT INTO pup_code_versions (pup_uid, version) VALUES (?, 1) ON CONFLICT (pup_uid) DO UPDATE SET version = pup_code_versions.version + 1');
   db.exec('CREATE TABLE IF NOT EXISTS floor_minimal_bookings (uid TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID');
   const insertMinimal = db.prepare('INSERT INTO floor_minimal_bookings (uid, body) VALUES (?, ?)');
   /** appendOnly: free lockers per PUP in candidate order, in memory */
@@ -97,6 +98,7 @@ export function makeBooker(file, { minimal = false, appendOnly = false } = {}) {
     insertOutbox.all(uid(), m.tenantUid, s, 1, 'ShipmentStatusUpdate', payload, m.tenantUid, 0, now, null, null, null, null, now, null);
     const codes = [['DropOff', 'Code', pin()], ['PickUp', 'Code', pin()], ['DropOff', 'Qr', qr()], ['PickUp', 'Qr', qr()], ['LinkCode', 'Qr', qr()]];
     insertCodes.all(codes.flatMap(([usage, type, value]) => [uid(), s, m.tenantUid, m.pupUid, locker.uid, usage, type, value, 1, 0, now, null]));
+    bumpVersion.run(m.pupUid); // the point's code version, the edge sync's change marker
     return { success: true, error: null, message: null, shipmentUid: s, lockerName: locker.name, dropOffCode: codes[0][2], pickUpCode: codes[1][2] };
   }
 

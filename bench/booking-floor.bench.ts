@@ -33,7 +33,7 @@ const WORKER = path.join(DIR, 'booking-floor-worker.mjs');
 const DURATION_S = Number(process.env.BENCH_SHIPMENTS_SECONDS ?? 5);
 const CONNECTIONS = 64;
 const LISTING_INDEXES = ['shipments_t_active_created', 'shipments_t_active_updated', 'shipments_t_type_active_created', 'shipments_t_type_active_updated', 'shipments_t_state_created', 'shipments_t_pup_created', 'shipments_t_from', 'shipments_t_to', 'shipments_deadline'];
-const CODE_INDEXES = ['access_codes_shipment', 'access_codes_pup_value'];
+const CODE_INDEXES = ['access_codes_shipment', 'access_codes_pup_valid_value'];
 
 interface BookRequest {
   tenantUid: string;
