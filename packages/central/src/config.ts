@@ -114,6 +114,8 @@ export const ConfigSchema = z
         maxCompressionRatio: z.coerce.number().positive().default(200),
         // the response lists at most this many rejected rows in errorLogs (errorCount stays exact)
         maxErrorLogs: z.coerce.number().int().min(0).default(1000),
+        // a workbook (.xlsx, .xls) is read in a worker thread; one that takes longer is InvalidRequest
+        parseTimeoutMs: z.coerce.number().int().positive().default(10_000),
       })
       .strict()
       .prefault({}),
@@ -202,6 +204,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_SUGGESTIONS_MAX_UNPACKED_BYTES: ['suggestions', 'maxUnpackedBytes'],
   LOCKER_SUGGESTIONS_MAX_COMPRESSION_RATIO: ['suggestions', 'maxCompressionRatio'],
   LOCKER_SUGGESTIONS_MAX_ERROR_LOGS: ['suggestions', 'maxErrorLogs'],
+  LOCKER_SUGGESTIONS_PARSE_TIMEOUT_MS: ['suggestions', 'parseTimeoutMs'],
   LOCKER_MQTT_MODE: ['mqtt', 'mode'],
   LOCKER_MQTT_URL: ['mqtt', 'url'],
   LOCKER_MQTT_PORT: ['mqtt', 'port'],

@@ -4,7 +4,7 @@ import zlib from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as XLSX from 'xlsx';
 import { createTestService, describeEngines, type TestService } from './support/harness';
-import { COLUMNS, mapHeader, MAX_COLUMNS, parseCsv, readWorkbook, SuggestionFileError, validateRows } from '../src/accounts/suggestions/parse';
+import { COLUMNS, mapHeader, MAX_COLUMNS, parseCsv, readWorkbook, readWorkbookInWorker, SuggestionFileError, validateRows } from '../src/accounts/suggestions/parse';
 import { checkZipLimits, readZipDirectory, ZipLimitError } from '../src/accounts/suggestions/zip';
 
 interface ZipInput {
@@ -207,6 +207,56 @@ describe('workbook rows (pure)', () => {
   });
 });
 
+describe('workbooks are read in a worker thread', () => {
+  const LIMITS = { maxRows: 100_000, maxUnpackedBytes: 64 * MB, maxRatio: 200 };
+  // 50,000 rows: SheetJS needs most of a second of CPU for it on the test machine
+  const big = () => workbook([[...COLUMNS], ...Array.from({ length: 50_000 }, (_, i) => [`u${i}@example.test`, '+31612345678', 'nl', 'First', 'Last', 'remark', 'p'])]);
+
+  it('gives the same rows as reading on this thread, and the event loop keeps running meanwhile', async () => {
+    const buf = big();
+    const t0 = performance.now();
+    const here = readWorkbook(buf, LIMITS);
+    const sync = performance.now() - t0;
+    // timer ticks every 5 ms while the worker reads: the largest gap between two ticks
+    let last = performance.now();
+    let maxGap = 0;
+    const tick = setInterval(() => {
+      const now = performance.now();
+      maxGap = Math.max(maxGap, now - last);
+      last = now;
+    }, 5);
+    let rows;
+    try {
+      last = performance.now();
+      rows = await readWorkbookInWorker(buf, LIMITS, 60_000);
+    } finally {
+      clearInterval(tick);
+      maxGap = Math.max(maxGap, performance.now() - last); // the gap up to the answer counts too
+    }
+    expect(rows).toEqual(here);
+    expect(rows).toHaveLength(50_001);
+    // on this thread the whole parse would have been one gap; generous, as the machine is shared
+    expect(maxGap).toBeLessThan(Math.max(sync / 2, 100));
+  }, 60_000);
+
+  it('a parse over the time limit is stopped: InvalidRequest naming the file and the limit', async () => {
+    const err = await readWorkbookInWorker(big(), LIMITS, 1).then(
+      () => null,
+      (e) => e,
+    );
+    expect(err).toBeInstanceOf(SuggestionFileError);
+    expect(err).toMatchObject({ code: 'InvalidRequest', message: expect.stringMatching(/^file: the workbook took longer than 0\.001 s to read/) });
+  });
+
+  it('errors of the worker keep their codes: too many rows, not a workbook', async () => {
+    const tooMany = await readWorkbookInWorker(workbook([[...COLUMNS], ['a@example.test'], ['b@example.test']]), { ...LIMITS, maxRows: 1 }, 10_000).catch((e) => e);
+    expect(tooMany).toMatchObject({ code: 'InvalidRequest', message: 'file: more than the limit of 1 data rows' });
+    const ole = Buffer.from([0xd0, 0xcf, 0x11, 0xe0, 0xa1, 0xb1, 0x1a, 0xe1, ...Array(504).fill(0)]);
+    const damaged = await readWorkbookInWorker(ole, LIMITS, 10_000).catch((e) => e);
+    expect(damaged).toMatchObject({ code: 'InvalidImportType', message: 'file: the workbook cannot be read' });
+  });
+});
+
 describeEngines('UploadAccountSuggestions limits', (engine) => {
   let t: TestService;
   beforeAll(async () => {
@@ -265,6 +315,20 @@ describeEngines('UploadAccountSuggestions limits', (engine) => {
     expect((await active()).totalItems).toBe(1);
     const ok = await upload('exact.csv', csv(...lines.slice(0, 20), ...Array(1000).fill('')));
     expect(ok.body).toMatchObject({ success: true, totalCount: 20, importedCount: 20 });
+  });
+
+  it('a workbook that takes longer than suggestions.parseTimeoutMs is InvalidRequest naming the file; nothing stored', async () => {
+    expect((await upload('first.csv', csv('keep@example.test;;;;;;'))).status).toBe(200);
+    const saved = t.ctx.config.suggestions.parseTimeoutMs;
+    t.ctx.config.suggestions.parseTimeoutMs = 1;
+    try {
+      const res = await upload('slow.xlsx', workbook([[...COLUMNS], ['w@example.test']]));
+      expect(res.status).toBe(400);
+      expect(res.body).toMatchObject({ success: false, error: 'InvalidRequest', message: expect.stringContaining('file: the workbook took longer than') });
+    } finally {
+      t.ctx.config.suggestions.parseTimeoutMs = saved;
+    }
+    expect((await active()).items.map((i: { emailAddress: string }) => i.emailAddress)).toEqual(['keep@example.test']);
   });
 
   it('errorLogs lists the first suggestions.maxErrorLogs rejected rows; errorCount stays exact', async () => {

@@ -1,8 +1,10 @@
 // Reading an account suggestion file: type detection, CSV (';'), Excel (.xlsx, .xls), header
-// mapping and per-row validation. Pure: bytes in, rows and errors out (no I/O, no database).
-import * as XLSX from 'xlsx';
+// mapping and per-row validation. Bytes in, rows and errors out (no database); workbooks may be
+// read in a worker thread (readWorkbookInWorker).
+import { Worker } from 'node:worker_threads';
 import { isValidEmail, parseLanguage, parsePhone } from '../validate';
 import { checkZipLimits, ZipLimitError } from './zip';
+import { SheetRowsError, sheetRows } from './sheet-rows.mjs';
 
 export type ImportType = 'csv' | 'xlsx' | 'xls';
 
@@ -142,55 +144,80 @@ export function parseCsv(text: string, maxRows = Infinity): Rows {
 }
 
 /**
- * The first sheet of a workbook as rows of display text (cells as Excel shows them). An .xlsx
- * (ZIP) is checked against the unpacked-size limits before SheetJS reads it; an .xls (OLE2,
+ * Checks an .xlsx (ZIP) against the unpacked-size limits before SheetJS reads it; an .xls (OLE2,
  * not compressed) is bounded by the upload size limit.
  */
-export function readWorkbook(buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_LIMITS): Rows {
-  if (buf[0] === 0x50 && buf[1] === 0x4b) {
-    try {
-      checkZipLimits(buf, limits);
-    } catch (e) {
-      if (!(e instanceof ZipLimitError)) throw e;
-      if (e.kind === 'tooLarge' || e.kind === 'ratio') throw new SuggestionFileError('InvalidRequest', `file: ${e.message}`);
-      throw new SuggestionFileError('InvalidImportType', `file: the workbook cannot be read (${e.message})`);
-    }
-  }
-  let wb: XLSX.WorkBook;
+function checkWorkbookLimits(buf: Uint8Array, limits: ReadLimits): void {
+  if (buf[0] !== 0x50 || buf[1] !== 0x4b) return;
   try {
-    wb = XLSX.read(buf, { type: 'array', cellDates: false, dense: true });
-  } catch {
-    throw new SuggestionFileError('InvalidImportType', 'file: the workbook cannot be read');
+    checkZipLimits(buf, limits);
+  } catch (e) {
+    if (!(e instanceof ZipLimitError)) throw e;
+    if (e.kind === 'tooLarge' || e.kind === 'ratio') throw new SuggestionFileError('InvalidRequest', `file: ${e.message}`);
+    throw new SuggestionFileError('InvalidImportType', `file: the workbook cannot be read (${e.message})`);
   }
-  const name = wb.SheetNames[0];
-  const sheet = name ? wb.Sheets[name] : undefined;
-  if (!sheet?.['!ref']) return [];
-  // dense sheet (SheetJS 0.18): sheet[r] is the array of cells of row r; missing rows are blank
-  const dense = sheet as unknown as Record<number, (XLSX.CellObject | undefined)[] | undefined>;
-  const range = XLSX.utils.decode_range(sheet['!ref']);
-  const rows: Rows = [];
-  let data = 0;
-  for (let r = range.s.r; r <= range.e.r; r++) {
-    const cells = dense[r];
-    if (!cells) continue;
-    // only up to the row's last cell: a range widened by one far cell does not allocate every row
-    // to its width (trailing empty cells read as '' anyway)
-    const out: string[] = [];
-    const last = Math.min(range.e.c, cells.length - 1);
-    for (let c = range.s.c; c <= last; c++) {
-      const cell = cells[c];
-      // as sheet_to_json({ raw: false, defval: '' }): stubs and error cells are empty
-      out.push(!cell?.t || cell.t === 'z' || cell.t === 'e' || cell.v == null ? '' : XLSX.utils.format_cell(cell));
-    }
-    if (isBlank(out)) continue;
-    if (r > range.s.r && ++data > limits.maxRows) throw tooManyRows(limits.maxRows);
-    rows[r - range.s.r] = out;
+}
+
+const sheetError = (e: { kind: string; message: string }) =>
+  e.kind === 'tooManyRows' ? new SuggestionFileError('InvalidRequest', `file: ${e.message}`) : new SuggestionFileError('InvalidImportType', 'file: the workbook cannot be read');
+
+/** The first sheet of a workbook as rows of display text (cells as Excel shows them), on this thread. */
+export function readWorkbook(buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_LIMITS): Rows {
+  checkWorkbookLimits(buf, limits);
+  try {
+    return sheetRows(buf, limits.maxRows);
+  } catch (e) {
+    if (e instanceof SheetRowsError) throw sheetError(e);
+    throw e;
   }
-  return rows;
+}
+
+const WORKER = new URL('./workbook-worker.mjs', import.meta.url);
+
+/**
+ * readWorkbook in a worker thread: SheetJS parses synchronously, and a workbook within the upload
+ * limits can still take seconds, during which the event loop (every tenant's calls, the MQTT edge)
+ * would stand still. A parse that takes longer than `timeoutMs` is stopped (the thread is
+ * terminated) and answered InvalidRequest.
+ */
+export async function readWorkbookInWorker(buf: Uint8Array, limits: ReadLimits, timeoutMs: number): Promise<Rows> {
+  checkWorkbookLimits(buf, limits);
+  const worker = new Worker(WORKER, { workerData: { buf, maxRows: limits.maxRows } });
+  try {
+    return await new Promise<Rows>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new SuggestionFileError('InvalidRequest', `file: the workbook took longer than ${timeoutMs / 1000} s to read; split it into smaller files or send CSV`)),
+        timeoutMs,
+      );
+      const done = () => clearTimeout(timer);
+      worker.once('message', (m: { rows?: Rows; error?: { kind: string; message: string } }) => {
+        done();
+        if (m.error) reject(sheetError(m.error));
+        // structured clone turns the holes of blank rows into nothing: they stay holes
+        else resolve(m.rows ?? []);
+      });
+      worker.once('error', (e) => {
+        done();
+        reject(e);
+      });
+      worker.once('exit', (code) => {
+        done();
+        reject(new Error(`workbook reader exited with code ${code} before answering`));
+      });
+    });
+  } finally {
+    await worker.terminate(); // at once when it answered; stops a parse that ran out of time
+  }
 }
 
 export function readRows(type: ImportType, buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_LIMITS): Rows {
   return type === 'csv' ? parseCsv(new TextDecoder('utf-8').decode(buf), limits.maxRows) : readWorkbook(buf, limits);
+}
+
+/** As readRows, with workbooks read in a worker thread under a time limit (the upload path). */
+export async function readRowsOffThread(type: ImportType, buf: Uint8Array, limits: ReadLimits, timeoutMs: number): Promise<Rows> {
+  // CSV is one linear pass over the text, bounded by the upload size: it stays on this thread
+  return type === 'csv' ? parseCsv(new TextDecoder('utf-8').decode(buf), limits.maxRows) : readWorkbookInWorker(buf, limits, timeoutMs);
 }
 
 /**

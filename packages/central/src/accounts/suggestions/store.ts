@@ -14,7 +14,7 @@ import type { Logger } from '../../logger';
 import { ApiError } from '../../errors';
 import { newUid, toDbTime } from '../../ids';
 import { emailKey } from '../validate';
-import { detectType, readRows, SuggestionFileError, validateRows, type RowError, type SuggestionRow } from './parse';
+import { detectType, readRowsOffThread, SuggestionFileError, validateRows, type RowError, type SuggestionRow } from './parse';
 import { containsPattern } from '../../db/like';
 
 export interface UploadResult {
@@ -55,7 +55,7 @@ export class SuggestionService {
     try {
       type = detectType(input.fileName, input.bytes);
       const lim = this.ctx.config.suggestions;
-      parsed = validateRows(readRows(type, input.bytes, { maxRows: lim.maxRows, maxUnpackedBytes: lim.maxUnpackedBytes, maxRatio: lim.maxCompressionRatio }), resolve);
+      parsed = validateRows(await readRowsOffThread(type, input.bytes, { maxRows: lim.maxRows, maxUnpackedBytes: lim.maxUnpackedBytes, maxRatio: lim.maxCompressionRatio }, lim.parseTimeoutMs), resolve);
     } catch (e) {
       if (e instanceof SuggestionFileError) throw new ApiError(e.code, e.message, 400);
       throw e;
