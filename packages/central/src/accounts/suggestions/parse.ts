@@ -210,11 +210,7 @@ export async function readWorkbookInWorker(buf: Uint8Array, limits: ReadLimits, 
   }
 }
 
-export function readRows(type: ImportType, buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_LIMITS): Rows {
-  return type === 'csv' ? parseCsv(new TextDecoder('utf-8').decode(buf), limits.maxRows) : readWorkbook(buf, limits);
-}
-
-/** As readRows, with workbooks read in a worker thread under a time limit (the upload path). */
+/** The rows of an uploaded file; workbooks are read in a worker thread under a time limit. */
 export async function readRowsOffThread(type: ImportType, buf: Uint8Array, limits: ReadLimits, timeoutMs: number): Promise<Rows> {
   // CSV is one linear pass over the text, bounded by the upload size: it stays on this thread
   return type === 'csv' ? parseCsv(new TextDecoder('utf-8').decode(buf), limits.maxRows) : readWorkbookInWorker(buf, limits, timeoutMs);
