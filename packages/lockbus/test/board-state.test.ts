@@ -11,7 +11,16 @@ function run(s: BoardState, inputs: BoardInput[]) {
   for (const i of inputs) {
     const r = boardStep(s, i, cfg);
     s = r.state;
-    for (const e of r.events) events.push(e.type + ('lock' in e ? `:${e.lock}` : '') + ('cause' in e ? `:${e.cause}` : '') + ('reason' in e ? `:${e.reason}` : ''));
+    for (const e of r.events) {
+      events.push(
+        e.type +
+          ('lock' in e ? `:${e.lock}` : '') +
+          ('cause' in e ? `:${e.cause}` : '') +
+          ('reason' in e ? `:${e.reason}` : '') +
+          ('commanded' in e && e.commanded ? ':cmd' : '') +
+          (e.type === 'unlockUnobserved' ? `:item=${e.item}` : ''),
+      );
+    }
   }
   return { s, events };
 }
@@ -32,7 +41,7 @@ describe('board state machine', () => {
       { kind: 'poll', at: 1700, closed: closedAll(2, [1]), items: items(2) },
       { kind: 'poll', at: 5000, closed: closedAll(2), items: items(2, [1]) },
     ]);
-    expect(events).toEqual(['boardOnline', 'doorOpened:1', 'itemPlaced:1', 'doorClosed:1']);
+    expect(events).toEqual(['boardOnline', 'doorOpened:1:cmd', 'itemPlaced:1', 'doorClosed:1']);
   });
 
   it('a released latch that re-engages without the door opening is a jam (door-did-not-open)', () => {
@@ -49,13 +58,24 @@ describe('board state machine', () => {
     expect(viewLocks(s)[0]!.latch).toBe('engaged');
   });
 
-  it('a latch that never releases is a jam (latch-not-released)', () => {
+  it('a latch seen engaged throughout the grace window is a jam (latch-not-released)', () => {
     const { events } = run(initialBoard(0, 1), [
       { kind: 'poll', at: 0, closed: [true], items: [false] },
       { kind: 'unlockSent', at: 0, lock: 1 },
+      { kind: 'poll', at: 200, closed: [true], items: [false] },
+      { kind: 'poll', at: 500, closed: [true], items: [false] },
       { kind: 'tick', at: 10_000 },
     ]);
     expect(events).toEqual(['boardOnline', 'jam:1:latch-not-released']);
+  });
+
+  it('an unlock of a door already open starts no jam timer', () => {
+    const { events } = run(initialBoard(0, 1), [
+      { kind: 'poll', at: 0, closed: [false], items: [false] },
+      { kind: 'unlockSent', at: 10, lock: 1 },
+      { kind: 'tick', at: 20_000 },
+    ]);
+    expect(events).toEqual(['boardOnline']);
   });
 
   it('door or item change with no command is forced', () => {
@@ -76,7 +96,7 @@ describe('board state machine', () => {
       { kind: 'poll', at: 62_000, closed: [false], items: [false] },
       { kind: 'poll', at: 63_000, closed: [true], items: [false] },
     ]);
-    expect(events).toEqual(['boardOnline', 'doorOpened:1', 'doorLeftOpen:1', 'doorClosed:1']);
+    expect(events).toEqual(['boardOnline', 'doorOpened:1:cmd', 'doorLeftOpen:1', 'doorClosed:1']);
   });
 
   it('three failed polls: offline and unknown; back: online, changes since reported', () => {
@@ -92,13 +112,106 @@ describe('board state machine', () => {
     const back = run(r.s, [{ kind: 'poll', at: 3000, closed: [false], items: [true] }]);
     expect(back.events).toEqual(['boardOnline', 'itemPlaced:1', 'forcedOpen:1:item', 'doorOpened:1', 'forcedOpen:1:door']);
   });
+});
 
-  it('an unlock of a door already open starts no jam timer', () => {
-    const { events } = run(initialBoard(0, 1), [
-      { kind: 'poll', at: 0, closed: [false], items: [false] },
-      { kind: 'unlockSent', at: 10, lock: 1 },
-      { kind: 'tick', at: 20_000 },
+// Issue 11: a board that cannot be read during a door cycle must not invent a jam nor lose the
+// cycle. grace = 600 ms, jam window = command window = 10 s. Every run starts from a good poll at
+// 0 (door closed, empty) and an unlock of lock 1 at 1000.
+const C = (item = false) => ({ closed: [true], items: [item] });
+const O = (item = false) => ({ closed: [false], items: [item] });
+const good = (at: number, v: { closed: boolean[]; items: boolean[] }): BoardInput => ({ kind: 'poll', at, ...v });
+const fail = (at: number): BoardInput => ({ kind: 'pollFailed', at, error: 'NO_REPLY' });
+const offline = (from: number) => [fail(from), fail(from + 500), fail(from + 1000)];
+
+describe('blind locks: only what was observed is concluded', () => {
+  const cases: { name: string; inputs: BoardInput[]; events: string[] }[] = [
+    {
+      name: 'blind during the window (offline), back closed with the item: itemPlaced then unlockUnobserved; no jam, no forced',
+      inputs: [...offline(1200), good(3000, C(true)), { kind: 'tick', at: 30_000 }, good(30_000, C(true))],
+      events: ['boardOffline', 'boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true'],
+    },
+    {
+      name: 'blind past the command window, back closed with the item: still not forced, no jam',
+      inputs: [...offline(1200), good(40_000, C(true)), { kind: 'tick', at: 60_000 }],
+      events: ['boardOffline', 'boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true'],
+    },
+    {
+      name: 'one failed poll is enough: latch seen released, a poll lost, closed with the item',
+      inputs: [good(1200, O()), fail(1700), good(2200, C(true)), { kind: 'tick', at: 20_000 }],
+      events: ['itemPlaced:1', 'unlockUnobserved:1:item=true'],
+    },
+    {
+      name: 'grace-window polls failed, then the latch reads engaged: unlockUnobserved (empty), never latch-not-released',
+      inputs: [fail(1200), fail(1500), good(1700, C()), good(2200, C()), { kind: 'tick', at: 12_000 }],
+      events: ['unlockUnobserved:1:item=false'],
+    },
+    {
+      name: 'a good poll after the gap but still inside the grace settles nothing; the first past it does',
+      inputs: [fail(1100), good(1300, C()), good(1800, C(true))],
+      events: ['itemPlaced:1', 'unlockUnobserved:1:item=true'],
+    },
+    {
+      name: 'unlock sent while the board is offline, back closed with the item',
+      inputs: [...offline(200), { kind: 'unlockSent', at: 1500, lock: 1 }, good(5000, C(true)), { kind: 'tick', at: 20_000 }],
+      events: ['boardOffline', 'boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true'],
+    },
+    {
+      name: 'blind then open: doorOpened (commanded), no jam; the item seen across the gap is not forced',
+      inputs: [...offline(1200), good(40_000, O(true)), { kind: 'tick', at: 60_000 }, good(60_000, C(true))],
+      events: ['boardOffline', 'boardOnline', 'itemPlaced:1', 'doorOpened:1:cmd', 'doorClosed:1'],
+    },
+    {
+      name: 'seen open, then blind, then closed with the item: itemPlaced then doorClosed',
+      inputs: [good(1700, O()), ...offline(2000), good(40_000, C(true)), { kind: 'tick', at: 60_000 }],
+      events: ['doorOpened:1:cmd', 'boardOffline', 'boardOnline', 'itemPlaced:1', 'doorClosed:1'],
+    },
+    {
+      name: 'not blind, latch engaged in the grace window, never opened: jam latch-not-released',
+      inputs: [good(1200, C()), good(1700, C()), good(6000, C()), good(11_000, C())],
+      events: ['jam:1:latch-not-released'],
+    },
+    {
+      name: 'not blind, latch released in the grace window, never opened: jam door-did-not-open',
+      inputs: [good(1200, O()), good(1700, C()), good(11_000, C())],
+      events: ['jam:1:door-did-not-open'],
+    },
+    {
+      name: 'not blind, no poll fell inside the grace window: jam latch-not-seen',
+      inputs: [good(1700, C()), good(6000, C()), good(11_000, C())],
+      events: ['jam:1:latch-not-seen'],
+    },
+    {
+      name: 'not blind, opened and closed normally: doorOpened, itemPlaced, doorClosed',
+      inputs: [good(1200, O()), good(1700, O()), good(2200, C(true)), { kind: 'tick', at: 20_000 }],
+      events: ['doorOpened:1:cmd', 'itemPlaced:1', 'doorClosed:1'],
+    },
+  ];
+  it.each(cases)('$name', ({ inputs, events }) => {
+    const r = run(initialBoard(0, 1), [good(0, C()), { kind: 'unlockSent', at: 1000, lock: 1 }, ...inputs]);
+    expect(r.events).toEqual(['boardOnline', ...events]);
+    expect(r.events.filter((e) => e.startsWith('forcedOpen'))).toEqual([]);
+  });
+
+  it('unlockUnobserved carries afterMs and the item; the pending unlock is cleared', () => {
+    let s = initialBoard(3, 2);
+    const step = (i: BoardInput) => {
+      const r = boardStep(s, i, cfg);
+      s = r.state;
+      return r.events;
+    };
+    step({ kind: 'poll', at: 0, closed: [true, true], items: [false, false] });
+    step({ kind: 'unlockSent', at: 1000, lock: 2 });
+    for (const at of [1200, 1700, 2200]) step(fail(at));
+    expect(step({ kind: 'poll', at: 4500, closed: [true, true], items: [false, true] })).toEqual([
+      { type: 'boardOnline', board: 3 },
+      { type: 'itemPlaced', board: 3, lock: 2 },
+      { type: 'unlockUnobserved', board: 3, lock: 2, afterMs: 3500, item: true },
     ]);
-    expect(events).toEqual(['boardOnline']);
+    expect(s.locks[1]!.unlockAt).toBeNull();
+    expect(step({ kind: 'tick', at: 50_000 })).toEqual([]);
+    // a board without item sensors reports item: null
+    step({ kind: 'unlockSent', at: 60_000, lock: 1 });
+    step(fail(60_100));
+    expect(step({ kind: 'poll', at: 61_000, closed: [true, true], items: null })).toEqual([{ type: 'unlockUnobserved', board: 3, lock: 1, afterMs: 1000, item: null }]);
   });
 });

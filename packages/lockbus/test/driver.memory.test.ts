@@ -365,6 +365,27 @@ describe('LockBus over memory', () => {
     expect(() => m.bus('nope')).toThrow(expect.objectContaining({ code: 'UNKNOWN_BUS' }));
   });
 
+  it('LockBusManager re-emits unlockUnobserved as { bus, board, lock, at, afterMs, item } after itemPlaced', async () => {
+    const [h1, d1] = MemoryTransport.pair();
+    await d1.open();
+    const f1 = new FakeBoards(dialects['kerong-cu16'], d1, [{ address: 0, locks: 16 }]);
+    const m = new LockBusManager([{ name: 'left', transport: h1, dialect: 'kerong-cu16', boards: [{ address: 0 }], ...fast }], logger);
+    cleanups.push(() => m.stop());
+    const seen = record(m, ['itemPlaced', 'unlockUnobserved', 'doorOpened', 'doorClosed', 'jam', 'forcedOpen']);
+    await m.start();
+    await waitFor(m, 'boardOnline');
+    await m.unlock('left', 0, 3);
+    f1.faults.noReply = true; // before the next poll is written: the door cycle goes unseen
+    await waitFor(m, 'boardOffline');
+    f1.lock(0, 3).item = true;
+    f1.closeDoor(0, 3);
+    const settled = waitFor(m, 'unlockUnobserved');
+    f1.faults.noReply = false;
+    const e = await settled;
+    expect(e).toEqual({ bus: 'left', board: 0, lock: 3, at: expect.any(Number), afterMs: expect.any(Number), item: true });
+    expect(seen.map(([n]) => n)).toEqual(['itemPlaced', 'unlockUnobserved']);
+  });
+
   it('setPulse is sent to a board coming online when pulseMs is set (CU16)', async () => {
     const { fake, bus } = await setup('kerong-cu16', { pulseMs: 120 });
     await bus.start();

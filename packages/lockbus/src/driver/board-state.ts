@@ -5,6 +5,12 @@
 // door: right after an unlock the bit drops for the pulse time even when the door does not move
 // (jammed), so a low bit seen within `releaseGraceMs` of an unlock only counts as "latch
 // released". A low bit seen later, or with no unlock pending, is an open door.
+//
+// Only what was observed is concluded. A lock whose board could not be read at some point since
+// its pending unlock was sent (a failed poll, or the board offline) is "blind": the door may have
+// opened and shut again unseen, so it never yields a jam. Its first good poll at or after the
+// release grace settles the unlock: door open = doorOpened (commanded); door closed =
+// unlockUnobserved with what the item sensor shows now (item events of that poll come first).
 
 export type DoorState = 'open' | 'closed' | 'unknown';
 export type LatchState = 'engaged' | 'released' | 'unknown';
@@ -22,6 +28,8 @@ interface LockMem {
   item: boolean | null;
   unlockAt: number | null; // pending unlock, not yet confirmed by an opening
   sawRelease: boolean; // latch seen released since that unlock
+  graceSeen: boolean; // a good poll fell inside the release grace window of that unlock
+  blind: boolean; // a poll failed (or the board was offline) since that unlock: its outcome may be unseen
   lastCommandAt: number | null;
   openSince: number | null;
   leftOpenReported: boolean;
@@ -47,6 +55,14 @@ export interface BoardConfig {
   commandWindowMs: number;
 }
 
+/**
+ * What a jam saw (a blind lock never yields one):
+ * - `latch-not-released`: good polls inside the release grace window saw the latch engaged throughout;
+ * - `door-did-not-open`: the latch was seen released, the door never read open;
+ * - `latch-not-seen`: no good poll fell inside the grace window (latch unseen); the door read closed afterwards.
+ */
+export type JamCause = 'latch-not-released' | 'door-did-not-open' | 'latch-not-seen';
+
 export type BoardInput =
   | { kind: 'poll'; at: number; closed: boolean[]; items: boolean[] | null }
   | { kind: 'pollFailed'; at: number; error: string }
@@ -58,7 +74,8 @@ export type BoardEvent =
   | { type: 'doorClosed'; board: number; lock: number }
   | { type: 'itemPlaced'; board: number; lock: number }
   | { type: 'itemRemoved'; board: number; lock: number }
-  | { type: 'jam'; board: number; lock: number; afterMs: number; cause: 'latch-not-released' | 'door-did-not-open' }
+  | { type: 'jam'; board: number; lock: number; afterMs: number; cause: JamCause }
+  | { type: 'unlockUnobserved'; board: number; lock: number; afterMs: number; item: boolean | null }
   | { type: 'doorLeftOpen'; board: number; lock: number; openMs: number }
   | { type: 'forcedOpen'; board: number; lock: number; reason: 'door' | 'item' }
   | { type: 'boardOffline'; board: number; failures: number; error: string }
@@ -75,6 +92,8 @@ export function initialBoard(board: number, lockCount: number): BoardState {
       item: null,
       unlockAt: null,
       sawRelease: false,
+      graceSeen: false,
+      blind: false,
       lastCommandAt: null,
       openSince: null,
       leftOpenReported: false,
@@ -96,6 +115,13 @@ function commanded(l: LockMem, at: number, cfg: BoardConfig): boolean {
   return l.lastCommandAt !== null && at - l.lastCommandAt <= cfg.commandWindowMs;
 }
 
+function clearUnlock(l: LockMem): void {
+  l.unlockAt = null;
+  l.sawRelease = false;
+  l.graceSeen = false;
+  l.blind = false;
+}
+
 export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): { state: BoardState; events: BoardEvent[] } {
   const events: BoardEvent[] = [];
   const board = s.board;
@@ -105,11 +131,12 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
   const checkTimers = (at: number) => {
     locks.forEach((l, i) => {
       const lock = i + 1;
-      // while the board is offline nothing can be concluded: the jam waits for the next good poll
-      if (l.unlockAt !== null && online === true && at - l.unlockAt >= cfg.jamWindowMs) {
-        events.push({ type: 'jam', board, lock, afterMs: at - l.unlockAt, cause: l.sawRelease ? 'door-did-not-open' : 'latch-not-released' });
-        l.unlockAt = null;
-        l.sawRelease = false;
+      // while the board is offline nothing can be concluded: the jam waits for the next good poll;
+      // a blind lock never jams (its next good poll past the grace settles it, see 'poll')
+      if (l.unlockAt !== null && !l.blind && online === true && at - l.unlockAt >= cfg.jamWindowMs) {
+        const cause: JamCause = l.sawRelease ? 'door-did-not-open' : l.graceSeen ? 'latch-not-released' : 'latch-not-seen';
+        events.push({ type: 'jam', board, lock, afterMs: at - l.unlockAt, cause });
+        clearUnlock(l);
       }
       if (cfg.doorLeftOpenMs !== null && l.door === 'open' && l.openSince !== null && !l.leftOpenReported && online === true && at - l.openSince >= cfg.doorLeftOpenMs) {
         events.push({ type: 'doorLeftOpen', board, lock, openMs: at - l.openSince });
@@ -127,14 +154,17 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
         l.lastCommandAt = input.at;
         // A door already open cannot "fail to open": nothing to confirm.
         if (l.door !== 'open') {
+          clearUnlock(l);
           l.unlockAt = input.at;
-          l.sawRelease = false;
+          // sent while the board cannot be read: its outcome is not watched from the start
+          l.blind = online === false;
         }
       }
       break;
     }
     case 'pollFailed': {
       failures += 1;
+      for (const l of locks) if (l.unlockAt !== null) l.blind = true;
       if (failures >= cfg.offlineAfter && online !== false) {
         online = false;
         events.push({ type: 'boardOffline', board, failures, error: input.error });
@@ -159,7 +189,8 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
         const item = input.items ? (input.items[i] ?? null) : null;
         if (!baseline && item !== null && l.item !== null && item !== l.item) {
           events.push({ type: item ? 'itemPlaced' : 'itemRemoved', board, lock });
-          if (!wasOpen && !commanded(l, at, cfg)) events.push({ type: 'forcedOpen', board, lock, reason: 'item' });
+          // an unlock pending means the door was commanded open (maybe seen, maybe not): not forced
+          if (!wasOpen && l.unlockAt === null && !commanded(l, at, cfg)) events.push({ type: 'forcedOpen', board, lock, reason: 'item' });
         }
         l.item = item;
         if (closedBit) {
@@ -168,11 +199,20 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
           l.door = 'closed';
           l.openSince = null;
           l.leftOpenReported = false;
+          if (l.unlockAt === null) return;
+          if (at - l.unlockAt < cfg.releaseGraceMs) {
+            l.graceSeen = true; // latch seen engaged inside the grace window
+          } else if (l.blind) {
+            // the unlock played out while the board could not be read; the door is shut now
+            events.push({ type: 'unlockUnobserved', board, lock, afterMs: at - l.unlockAt, item });
+            clearUnlock(l);
+          }
           return;
         }
         l.latch = 'released';
         if (l.unlockAt !== null && at - l.unlockAt < cfg.releaseGraceMs) {
           l.sawRelease = true; // latch released by our pulse; the door may or may not follow
+          l.graceSeen = true;
           if (l.door === null) l.door = 'closed';
           return;
         }
@@ -186,8 +226,7 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
             if (!cmd) events.push({ type: 'forcedOpen', board, lock, reason: 'door' });
           }
         }
-        l.unlockAt = null;
-        l.sawRelease = false;
+        clearUnlock(l);
       });
       checkTimers(at);
       break;

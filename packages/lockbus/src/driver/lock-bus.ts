@@ -6,8 +6,9 @@
 // this request) collect bytes: the adapter's echo of our own request is dropped, the stream
 // parser finds frames by header, length and checksum, and the first frame that answers the
 // request ends it. No answer within the reply timeout: wait for silence and throw away late
-// bytes so they cannot prefix the next answer. Nothing is ever retried here; polling is its own
-// retry, and an unlock, once written, is never written again.
+// bytes so they cannot prefix the next answer, and hold that board's next request that expects an
+// answer for lateReplyWindowMs, so its late answer is not taken for the next one. Nothing is ever
+// retried here; polling is its own retry, and an unlock, once written, is never written again.
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import pino, { type Logger } from 'pino';
@@ -55,6 +56,14 @@ export interface LockBusOptions {
   quietMs?: number;
   /** Upper bound on waiting for the line to go quiet. Default 500 ms. */
   maxDrainMs?: number;
+  /**
+   * After a failed answer from a board (no reply, garbled, bad checksum), the next request to that
+   * board that expects an answer is not written until this long after the failure, so an answer
+   * up to replyTimeoutMs + lateReplyWindowMs late is discarded, never taken for the next one
+   * (other boards' requests are not held themselves, but one queued behind a held request waits
+   * for it). Default replyTimeoutMs.
+   */
+  lateReplyWindowMs?: number;
   /**
    * A bus scan (CU16 0x32 to the whole bus) is answered by every board, in a layout the driver
    * does not decode: the bus stays held for at least this long after the request, and then until
@@ -107,6 +116,7 @@ export interface LockBusEvents {
   itemPlaced: [Ev<'itemPlaced'>];
   itemRemoved: [Ev<'itemRemoved'>];
   jam: [Ev<'jam'>];
+  unlockUnobserved: [Ev<'unlockUnobserved'>];
   doorLeftOpen: [Ev<'doorLeftOpen'>];
   forcedOpen: [Ev<'forcedOpen'>];
   boardOffline: [Ev<'boardOffline'>];
@@ -164,6 +174,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     scanWindowMs: number;
     quietMs: number;
     maxDrainMs: number;
+    lateReplyWindowMs: number;
     gapMs: number;
     writeTimeoutMs: number;
     reconnectInitialMs: number;
@@ -180,6 +191,8 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private collector: Collector | null = null;
   private lastLineActivity = 0; // performance.now() of the last byte sent or received
   private lastRxAt = 0; // performance.now() of the last byte received
+  /** Per board: performance.now() before which no request expecting its answer is written (a late answer may still come). */
+  private readonly lateUntil = new Map<number, number>();
   private reconnectTimer: NodeJS.Timeout | null = null;
   private backoffMs: number;
   private pollWake: (() => void) | null = null;
@@ -214,6 +227,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       scanWindowMs: opts.scanWindowMs ?? opts.replyTimeoutMs ?? 150,
       quietMs: opts.quietMs ?? 25,
       maxDrainMs: opts.maxDrainMs ?? 500,
+      lateReplyWindowMs: opts.lateReplyWindowMs ?? opts.replyTimeoutMs ?? 150,
       gapMs: opts.gapMs ?? 3.5 * charMs + 1,
       writeTimeoutMs: opts.writeTimeoutMs ?? 1000,
       reconnectInitialMs: opts.reconnect?.initialMs ?? 250,
@@ -417,16 +431,17 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       job.reject(new LockBusError('NOT_SENT', `port ${this.transport.description} is not open`));
       return;
     }
+    const expectsReply = this.dialect.repliesTo(job.req);
+    const board = (job.req as { board?: number }).board;
+    if (expectsReply && board !== undefined) await this.waitOutLateAnswer(board);
     await this.waitForQuietLine();
     if (!this.running) {
       job.reject(new LockBusError('NOT_SENT', 'bus stopped before the request was sent'));
       return;
     }
-    const expectsReply = this.dialect.repliesTo(job.req);
     // flush: whatever the line said before our request is not its answer
     this.parser.reset();
     // the configured channel count frames replies whose length depends on it (8A/80 read-all)
-    const board = (job.req as { board?: number }).board;
     const locks = this.boardSpecs.find((b) => b.address === board)?.locks;
     this.parser.expect(expectsReply ? job.req : null, { locks });
     const pending = expectsReply ? this.collect(job) : null;
@@ -462,11 +477,31 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       job.resolve({ drainedAt, reply, echoed });
     } catch (err) {
       const e = err as LockBusError;
-      if (e.code === 'NO_REPLY' || e.code === 'GARBLED_REPLY' || e.code === 'BAD_CHECKSUM') await this.drainLateBytes(pending.endedAt());
+      if (e.code === 'NO_REPLY' || e.code === 'GARBLED_REPLY' || e.code === 'BAD_CHECKSUM') {
+        // its answer may still be on the way: the next request to this board waits it out
+        if (board !== undefined) this.lateUntil.set(board, (pending.endedAt() || performance.now()) + this.t.lateReplyWindowMs);
+        await this.drainLateBytes(pending.endedAt());
+      }
       job.reject(e);
     } finally {
       this.collector = null;
       this.parser.reset();
+    }
+  }
+
+  /**
+   * A board whose last answer failed may still send it: hold a request that expects its answer
+   * until lateReplyWindowMs after the failure (what arrives meanwhile is dropped by the flush
+   * before the write, or ignored as another board's frame). Bounded; stop() cuts it short.
+   */
+  private async waitOutLateAnswer(board: number): Promise<void> {
+    const until = this.lateUntil.get(board);
+    if (until === undefined) return;
+    this.lateUntil.delete(board);
+    while (this.running) {
+      const left = until - performance.now();
+      if (left <= 0) return;
+      await sleep(Math.min(left, 50));
     }
   }
 
@@ -685,7 +720,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private emitBoardEvent(e: BoardEvent, at: number): void {
     const { type, ...rest } = e;
     const payload = { bus: this.name, at, ...rest };
-    const level = type === 'jam' || type === 'forcedOpen' || type === 'boardOffline' || type === 'doorLeftOpen' ? 'warn' : 'info';
+    const level = type === 'jam' || type === 'unlockUnobserved' || type === 'forcedOpen' || type === 'boardOffline' || type === 'doorLeftOpen' ? 'warn' : 'info';
     this.log[level](payload, type);
     this.safeEmit(type, payload);
     if (type === 'boardOnline' && this.opts.pulseMs != null && this.dialect.supports('setPulse')) {

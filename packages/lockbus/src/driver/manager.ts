@@ -13,6 +13,7 @@ const FORWARDED = [
   'itemPlaced',
   'itemRemoved',
   'jam',
+  'unlockUnobserved',
   'doorLeftOpen',
   'forcedOpen',
   'boardOffline',
