@@ -10,6 +10,7 @@ import { applyProvisioning, parseProvisioning, ProvisioningError, readProvisioni
 import { provisioningJsonSchema } from './provisioning/schema';
 import { aclUsers, buildPasswdFile, MqttPasswdError, parsePasswdFile, parseUserPasswords, writePasswdFile } from './mqtt/passwd';
 import { runServer } from './server';
+import { disagreementsReport, UnknownPupError } from './ops/disagreements-report';
 
 export const DEMO_SITE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../provisioning/demo-site.yaml');
 
@@ -24,6 +25,9 @@ Usage:
                                                   layout from a provisioning file's terminals and the
                                                   central users (USERS: user:password lines)
   locker-central check-config [--config FILE]     validate the configuration and print it (secrets hidden)
+  locker-central disagreements [--pup UID] [--json] [--config FILE]
+                                                  where the locks and the shipments disagree, per pick up
+                                                  point (docs/state-machine.md, "Disagreements")
   locker-central --help
 
 Options:
@@ -100,6 +104,8 @@ export async function main(argv: string[]) {
       central: { type: 'string' },
       acl: { type: 'string' },
       mode: { type: 'string' },
+      pup: { type: 'string' },
+      json: { type: 'boolean' },
     },
   });
   const [cmd, ...rest] = positionals;
@@ -156,6 +162,15 @@ export async function main(argv: string[]) {
       } catch (e) {
         if (e instanceof MqttPasswdError) fail(e.message);
         if (e instanceof ProvisioningError) fail(`${e.code}: ${e.message}`);
+        throw e;
+      }
+      return;
+    }
+    case 'disagreements': {
+      try {
+        process.stdout.write(await disagreementsReport(config(values.config), { pup: values.pup, json: !!values.json, clock: systemClock }));
+      } catch (e) {
+        if (e instanceof UnknownPupError) fail(e.message);
         throw e;
       }
       return;

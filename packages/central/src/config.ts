@@ -101,6 +101,23 @@ export const ConfigSchema = z
         commandTimeoutMs: z.coerce.number().int().positive().default(10_000),
         // unprocessed terminal events (a transient failure) are retried this often
         retrySeconds: z.coerce.number().positive().default(10),
+        // a terminal's event that arrives before an earlier one is held (stored, not applied) until
+        // the gap is filled; after this long the terminal is asked to send again from the gap
+        gapResendSeconds: z.coerce.number().positive().default(5),
+        // ... and after this long the missing events are given up on (logged as an error) and the
+        // held ones are applied: a journal that lost an event must not hold its terminal forever
+        gapGiveUpSeconds: z.coerce.number().positive().default(900),
+        // a terminal whose clock is off by more than this (measured at each status) is flagged and
+        // its event times are corrected by the measured offset (edge/clock.ts)
+        maxClockSkewSeconds: z.coerce.number().positive().default(120),
+        // the expiry sweep waits for a silent terminal (it may hold drop-offs made before a deadline)
+        // at most this long after it was last heard from; match the agents' access.maxOfflineHours
+        maxOfflineHours: z.coerce.number().positive().default(72),
+        // a door/shipment disagreement about the item counts only once both sides have been still
+        // this long (the terminal's next event may be in flight); docs/state-machine.md, "Disagreements"
+        disagreementGraceSeconds: z.coerce.number().min(0).default(60),
+        // how often disagreements are looked for (a new one is logged once)
+        disagreementCheckSeconds: z.coerce.number().positive().default(15),
       })
       .strict()
       .prefault({}),
@@ -119,6 +136,16 @@ export const ConfigSchema = z
       })
       .strict()
       .prefault({}),
+    metrics: z
+      .object({
+        // the operator metrics endpoint (Prometheus text format, GET /metrics) on a listener of its
+        // own, never the tenant API's port; off by default
+        enabled: z.boolean().default(false),
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.coerce.number().int().min(0).max(65535).default(9464),
+      })
+      .strict()
+      .prefault({}),
     mqtt: z
       .object({
         // embedded: an aedes broker inside the central service; external: connect to url.
@@ -133,6 +160,10 @@ export const ConfigSchema = z
         // each central instance needs its own (default: the user name, else locker-central-<hostname>)
         clientId: z.string().min(1).max(128).optional(),
         password: z.string().optional(),
+        // external broker: take the terminals' events (and status, sync requests) through an MQTT 5
+        // shared subscription of this group ($share/<group>/...): the broker splits them among the
+        // instances instead of giving each instance every one (order is kept per terminal by seq)
+        sharedGroup: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/).optional(),
         // embedded broker: the largest MQTT packet a terminal may send (a PUBLISH's topic and
         // payload); a larger one drops the connection (code snapshots to terminals are not limited)
         maxMessageBytes: z.coerce.number().int().min(1024).default(256 * 1024),
@@ -200,6 +231,15 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_EDGE_RECONCILE_SECONDS: ['edge', 'reconcileSeconds'],
   LOCKER_EDGE_COMMAND_TIMEOUT_MS: ['edge', 'commandTimeoutMs'],
   LOCKER_EDGE_RETRY_SECONDS: ['edge', 'retrySeconds'],
+  LOCKER_EDGE_GAP_RESEND_SECONDS: ['edge', 'gapResendSeconds'],
+  LOCKER_EDGE_GAP_GIVE_UP_SECONDS: ['edge', 'gapGiveUpSeconds'],
+  LOCKER_EDGE_MAX_CLOCK_SKEW_SECONDS: ['edge', 'maxClockSkewSeconds'],
+  LOCKER_EDGE_MAX_OFFLINE_HOURS: ['edge', 'maxOfflineHours'],
+  LOCKER_EDGE_DISAGREEMENT_GRACE_SECONDS: ['edge', 'disagreementGraceSeconds'],
+  LOCKER_EDGE_DISAGREEMENT_CHECK_SECONDS: ['edge', 'disagreementCheckSeconds'],
+  LOCKER_METRICS_ENABLED: ['metrics', 'enabled'],
+  LOCKER_METRICS_HOST: ['metrics', 'host'],
+  LOCKER_METRICS_PORT: ['metrics', 'port'],
   LOCKER_SUGGESTIONS_MAX_ROWS: ['suggestions', 'maxRows'],
   LOCKER_SUGGESTIONS_MAX_UNPACKED_BYTES: ['suggestions', 'maxUnpackedBytes'],
   LOCKER_SUGGESTIONS_MAX_COMPRESSION_RATIO: ['suggestions', 'maxCompressionRatio'],
@@ -211,6 +251,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_MQTT_HOST: ['mqtt', 'host'],
   LOCKER_MQTT_USERNAME: ['mqtt', 'username'],
   LOCKER_MQTT_CLIENT_ID: ['mqtt', 'clientId'],
+  LOCKER_MQTT_SHARED_GROUP: ['mqtt', 'sharedGroup'],
   LOCKER_MQTT_PASSWORD: ['mqtt', 'password'],
   LOCKER_MQTT_MAX_MESSAGE_BYTES: ['mqtt', 'maxMessageBytes'],
   LOCKER_MQTT_MAX_SUBSCRIPTIONS: ['mqtt', 'maxSubscriptions'],

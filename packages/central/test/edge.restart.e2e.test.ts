@@ -87,7 +87,7 @@ describeEngines('edge sync across a central restart: central + agent + simulator
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edge-restart-'));
     const config = AgentConfigSchema.parse({
       terminal: { id: 'term-a1', secret: 'terminal-secret-a1' },
-      mqtt: { url: `mqtt://127.0.0.1:${port}`, reconnectMs: 100, syncRetrySeconds: 1, publishTimeoutMs: 3000 },
+      mqtt: { url: `mqtt://127.0.0.1:${port}`, reconnectMs: 100, reconnectMaxMs: 1000, syncRetrySeconds: 1, publishTimeoutMs: 3000 },
       buses: [{ name: 'bus0', port: `${sim.bus('bus0').path}?baud=19200`, dialect: 'kerong-cu16', boards: [{ address: 0 }, { address: 1 }], pollMs: 40, replyTimeoutMs: 60, pulseMs: 300, jamWindowMs: 1500, doorLeftOpenMs: null }],
       scanners: [{ name: 'scan0', port: sim.scanner('scan0').path, suffix: '\r\n' }],
       store: { path: path.join(dir, 'agent.db') },
@@ -185,15 +185,16 @@ describeEngines('edge sync across a central restart: central + agent + simulator
     const offline = await offlineDropOff(c, at);
 
     // the new instance is stopped as soon as the first of the offline events is acknowledged
+    // (down/eventAcks: committed by the central service)
     let stopping: Promise<void> | null = null;
     const firstAcked = new Promise<number>((resolve) => {
-      agent.link.once('eventSent', (row) => {
+      agent.link.once('eventsAcknowledged', (upTo) => {
         stopping = stopCentral();
-        resolve(row.seq);
+        resolve(upTo);
       });
     });
     await startCentral();
-    expect(await firstAcked).toBe(offline[0]!.seq);
+    expect(await firstAcked).toBeGreaterThanOrEqual(offline[0]!.seq);
     await stopping;
     await waitFor(() => !agent.state().mqtt.connected, 'the agent loses its broker again');
     // how many of the rest got through before the stop took effect is a race; either way:
@@ -212,7 +213,7 @@ describeEngines('edge sync across a central restart: central + agent + simulator
 
     // a second before-ack hook on the new instance's broker: when the dropOff arrives, it waits
     // until the edge sync has stored and applied it, then refuses the PUBACK and stops the
-    // central service, so the terminal still holds the event as unsent
+    // central service
     let stopping: Promise<void> | null = null;
     let storedSeq: number | null = null;
     await startCentral(async (cur, payload) => {
@@ -227,7 +228,9 @@ describeEngines('edge sync across a central restart: central + agent + simulator
     await stopping;
     const held = agent.store.recent(1000).find((r) => r.seq === storedSeq)!;
     expect(held.type).toBe('dropOff');
-    expect(held.sentAt).toBeNull();
+    // the broker's PUBACK never came; whether the central service's own acknowledgement (sent
+    // after the commit, down/eventAcks) reached the terminal before it stopped is a race: either
+    // the event is marked sent (committed: nothing to resend) or it is sent again and deduplicated
 
     await startCentral();
     await expectJournalStoredOnce();

@@ -7,7 +7,7 @@ export const EDGE_PROTOCOL_VERSION = 1 as const;
 export const TOPIC_ROOT = 'locker/v1/t';
 
 export type UpKind = 'status' | 'sync' | 'events' | 'acks';
-export type DownKind = 'codes' | 'commands';
+export type DownKind = 'codes' | 'commands' | 'eventAcks';
 
 export const edgeTopics = {
   up: (terminalId: string, kind: UpKind) => `${TOPIC_ROOT}/${terminalId}/up/${kind}`,
@@ -129,6 +129,8 @@ export const EVENT_TYPES = [
   'pickUp',
   'accessIncomplete',
   'jam',
+  /** an unlock whose outcome could not be watched (board unreadable, agent dead); the door is closed now */
+  'unlockUnobserved',
   'forcedOpen',
   'doorLeftOpen',
   'boardOffline',
@@ -138,9 +140,13 @@ export const EVENT_TYPES = [
 ] as const;
 export type EdgeEventType = (typeof EVENT_TYPES)[number];
 
-/** The envelope every event has; the type-specific fields ride along (passthrough). */
+/**
+ * The envelope every event has; the type-specific fields ride along (passthrough). `at` is the
+ * time at the terminal (the door time); `seq` orders the events of one journal, which `journalId`
+ * names (a new store starts again at 1; absent from agents older than ordered delivery).
+ */
 export const EventMessage = z
-  .object({ v, eventId: id, seq: z.number().int().min(1), terminalId: id, at: iso, type: z.enum(EVENT_TYPES) })
+  .object({ v, eventId: id, seq: z.number().int().min(1), terminalId: id, at: iso, type: z.enum(EVENT_TYPES), journalId: id.optional() })
   .passthrough();
 export type EventMessage = z.infer<typeof EventMessage> & Record<string, unknown>;
 
@@ -155,6 +161,16 @@ export const AccessDoneFields = z.object({
   lock: z.number().int(),
 });
 export type AccessDoneFields = z.infer<typeof AccessDoneFields>;
+
+/**
+ * down/eventAcks: the central service's acknowledgement of a terminal's events (application level,
+ * after its database committed them: the broker's PUBACK is not enough, a broker can lose what it
+ * acknowledged). Every event of journal `journalId` with seq <= `upTo` is stored and applied; the
+ * terminal marks them sent. `resendFrom`: the central misses that seq while it holds later ones
+ * (a gap): the terminal sends its journal again from there.
+ */
+export const EventAck = z.object({ v, journalId: id, upTo: z.number().int().min(0), resendFrom: z.number().int().min(1).optional(), at: iso });
+export type EventAck = z.infer<typeof EventAck>;
 
 /** Parses a JSON payload with a schema; null when it is not JSON or does not fit. */
 export function parseMessage<T>(schema: z.ZodType<T>, payload: Buffer | string): T | null {

@@ -14,6 +14,22 @@ export interface EdgeTerminalsTable {
   /** highest event seq received */
   last_seq: number;
   updated_at: string;
+  /** migration 405: every event of journal_id up to this seq is stored and processed (acknowledged to the terminal) */
+  applied_seq?: number | string;
+  /** the terminal journal whose seq applied_seq counts (null: none seen yet) */
+  journal_id?: string | null;
+  /** when the event after applied_seq was first found missing while a later one waited */
+  gap_since?: string | null;
+  /** central receive time - status.at of the last online status, ms (migration 403; edge/clock.ts) */
+  clock_offset_ms?: number | string | null;
+  /** 1 while |clock_offset_ms| exceeds edge.maxClockSkewSeconds: event times are corrected by the offset */
+  clock_skewed?: 0 | 1;
+  clock_measured_at?: string | null;
+  /** central time up to which every event of the terminal has reached the central service (expiry proof) */
+  reported_through?: string | null;
+  /** a status that still had unsent events: its corrected time, proven once seq pending_through_seq is here */
+  pending_through_at?: string | null;
+  pending_through_seq?: number | string | null;
 }
 
 /** The code set last pushed to a terminal: one row per access code, with a digest of its entry. */
@@ -38,6 +54,8 @@ export interface EdgeEventsTable {
   processed: 0 | 1;
   outcome: string | null;
   attempts: number;
+  /** the terminal journal the seq belongs to (migration 405; null: an agent from before journal ids) */
+  journal_id?: string | null;
 }
 
 /** Raised in every transaction that changes a pick up point's codes: the edge sync's change marker. */
@@ -46,9 +64,53 @@ export interface PupCodeVersionsTable {
   version: number | string;
 }
 
+/**
+ * The last observed physical state of each locker (migration 404_lock_observations), from its
+ * terminal's events (edge/observations.ts). A newer event of the same terminal (by seq) replaces
+ * an older one; times named *_at without "received" are the terminal's, the others central's.
+ */
+export interface LockObservationsTable {
+  locker_uid: string;
+  pup_uid: string;
+  /** the terminal whose event was applied last, its journal (null from older agents), seq and event id */
+  terminal_id: string;
+  journal_id: string | null;
+  seq: number | string;
+  event_id: string;
+  /** the terminal's time of that event */
+  at: string;
+  /** central time the event was received */
+  received_at: string;
+  /** 'open' | 'closed'; null while unknown */
+  door: string | null;
+  door_at: string | null;
+  /** the item sensor: 1 item, 0 empty, null unknown (no sensor, or never seen) */
+  item: 0 | 1 | null;
+  item_at: string | null;
+  /** faults: when they were seen (terminal time), null when not (or no longer) present */
+  left_open_at: string | null;
+  jammed_at: string | null;
+  board_offline_at: string | null;
+  updated_at: string;
+}
+
+/** Disagreements currently open (edge/observations.ts DisagreementMonitor): each is logged once when it appears. */
+export interface LockDisagreementsTable {
+  locker_uid: string;
+  kind: string;
+  pup_uid: string;
+  shipment_uid: string | null;
+  state: string | null;
+  since: string;
+  /** central time it was first seen */
+  detected_at: string;
+}
+
 export interface EdgeTables {
   pup_code_versions: PupCodeVersionsTable;
   edge_terminals: EdgeTerminalsTable;
   edge_pushed_codes: EdgePushedCodesTable;
   edge_events: EdgeEventsTable;
+  lock_observations: LockObservationsTable;
+  lock_disagreements: LockDisagreementsTable;
 }

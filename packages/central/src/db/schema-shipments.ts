@@ -39,6 +39,8 @@ export interface ShipmentsTable {
   drop_off_deadline: string | null;
   /** transitions stored so far (the seq of the last one) */
   seq: number;
+  /** Expired: the drop-off deadline it missed (migration 204; the expiry race, docs/state-machine.md) */
+  missed_deadline: string | null;
 }
 
 /** The audit trail: one row per state entered, with its cause. */
@@ -52,7 +54,10 @@ export interface ShipmentTransitionsTable {
   cause: string;
   /** e.g. the endpoint name, or "swap: <uid> picked up" for a chained transition */
   detail: string | null;
+  /** when the state was entered: for a door event the (skew-corrected) time at the door */
   at: string;
+  /** when the central service recorded it (migration 204; null on older rows, where it equals at) */
+  received_at?: string | null;
 }
 
 export interface ShipmentObjectsTable {

@@ -12,11 +12,12 @@
 // it to the terminal; dropOff / pickUp events then run the shipment transition (the same code as
 // SimulateLockerAccess) with cause "door". An event whose processing failed for a transient reason
 // stays unprocessed and is retried.
-import type { Kysely } from 'kysely';
+import type { ExpressionBuilder, Kysely } from 'kysely';
 import {
   AccessDoneFields,
   EventMessage,
   StatusMessage,
+  type EventAck,
   SyncRequest,
   edgeTopics,
   parseEdgeTopic,
@@ -33,6 +34,8 @@ import { newUid, toDbTime } from '../ids';
 import { handleDoorEvent } from '../shipments/service';
 import { currentCodes, diffCodes, entryDigest } from './codes';
 import { onCodesChanged } from './notify';
+import { recordObservation } from './observations';
+import { doorTime, onlineStatusColumns } from './clock';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const CHUNK = 300;
@@ -54,6 +57,10 @@ export class EdgeSync implements Worker {
   private unlisten: (() => void) | null = null;
   /** pick up points whose push is queued but has not started reading codes yet (repeats coalesce) */
   private readonly pendingPups = new Set<string>();
+  /** terminal event messages this instance took in (with a shared subscription, its share) */
+  eventsReceived = 0;
+  /** when each terminal was last asked to resend from a gap (ms) */
+  private readonly resendAsked = new Map<string, number>();
   /** events being stored right now (their PUBACK waits); stop() waits for them */
   private readonly storing = new Set<Promise<void>>();
 
@@ -82,7 +89,7 @@ export class EdgeSync implements Worker {
       await this.bus.subscribe(edgeTopics.allUp('status'), (t, p) => this.route(t, p, (id) => this.onStatus(id, p)));
       await this.bus.subscribe(edgeTopics.allUp('sync'), (t, p) => this.route(t, p, (id) => this.onSync(id, p)));
       // embedded broker: an event is stored before the terminal gets its PUBACK
-      await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.trackStoring(this.onEvent(id, p))), { beforeAck: true });
+      await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.trackStoring(this.onEvent(id, p))), { beforeAck: true, shared: true });
     }
     this.pollLoop = this.loop();
     this.log.info('edge sync started');
@@ -163,13 +170,17 @@ export class EdgeSync implements Worker {
       this.log.warn({ terminal: terminalId }, 'status from a terminal that is not provisioned');
       return;
     }
-    await this.ensureTerminal(terminalId);
+    const before = await this.ensureTerminal(terminalId);
     const online = msg.state === 'online' ? 1 : 0;
+    // the terminal's clock (edge/clock.ts): offset = receive time - status.at, flagged beyond
+    // edge.maxClockSkewSeconds; and the expiry proof (everything journalled by then has arrived)
+    const clock = msg.state === 'online' ? onlineStatusColumns(before, msg, this.ctx.clock.now(), this.ctx.config.edge.maxClockSkewSeconds) : null;
     await this.db
       .updateTable('edge_terminals')
-      .set({ online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb() })
+      .set({ online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb(), ...(clock?.columns ?? {}) })
       .where('terminal_id', '=', terminalId)
       .execute();
+    if (clock?.measurement.skewed) this.log.warn({ terminal: terminalId, clockOffsetMs: clock.measurement.offsetMs, maxClockSkewSeconds: this.ctx.config.edge.maxClockSkewSeconds, errorCode: 'CLOCK_SKEW' }, 'terminal clock is off: its event times are corrected by the measured offset');
     this.log.info({ terminal: terminalId, state: msg.state, ...(msg.state === 'online' ? { version: msg.codes.version, unsent: msg.journal.unsent } : { reason: msg.reason }) }, 'terminal status');
     if (msg.state !== 'online') return;
     const held = msg.codes;
@@ -351,6 +362,7 @@ export class EdgeSync implements Worker {
   // ------------------------------------------------------------------ events
 
   private async onEvent(terminalId: string, payload: Buffer): Promise<void> {
+    this.eventsReceived++;
     const ev = parseMessage(EventMessage, payload);
     if (!ev || ev.terminalId !== terminalId) {
       this.log.warn({ terminal: terminalId, bytes: payload.length }, 'malformed event dropped');
@@ -373,61 +385,201 @@ export class EdgeSync implements Worker {
         await sleep(delay);
       }
     }
-    if (!fresh) {
-      this.log.debug({ terminal: terminalId, seq: ev.seq }, 'repeated event ignored');
-      return;
-    }
-    await this.serial(terminalId, () => this.processEvent(terminalId, ev.eventId));
+    if (!fresh) this.log.debug({ terminal: terminalId, seq: ev.seq }, 'repeated event ignored');
+    // applied in the journal's seq order: this one and what it unblocks, or held for a gap before it;
+    // then the terminal learns how far its journal is committed (down/eventAcks). Not awaited here:
+    // the broker's PUBACK means "stored"; an MQTT client takes no further packet (not even the
+    // PUBACK of our own acknowledgement) until this handler returns, so waiting would deadlock
+    void this.trackStoring(
+      this.serial(terminalId, () => this.advance(terminalId, ev.journalId ?? null)).catch((err) =>
+        this.log.error({ err: (err as Error).message, terminal: terminalId }, 'applying terminal events failed; retried'),
+      ),
+    );
   }
 
   private async storeEvent(terminalId: string, ev: EventMessage, payload: Buffer): Promise<boolean> {
     await this.ensureTerminal(terminalId);
     return this.db.transaction().execute(async (trx) => {
+      const journalId = ev.journalId ?? null;
       const r = await trx
         .insertInto('edge_events')
-        .values({ event_id: ev.eventId, terminal_id: terminalId, seq: ev.seq, type: ev.type, at: ev.at, received_at: this.nowDb(), payload: payload.toString('utf8'), processed: 0, outcome: null, attempts: 0 })
+        .values({ event_id: ev.eventId, terminal_id: terminalId, journal_id: journalId, seq: ev.seq, type: ev.type, at: ev.at, received_at: this.nowDb(), payload: payload.toString('utf8'), processed: 0, outcome: null, attempts: 0 })
         .onConflict((oc) => oc.column('event_id').doNothing())
         .executeTakeFirst();
       if (Number(r.numInsertedOrUpdatedRows ?? 0) !== 1) return false;
-      const t = await trx.selectFrom('edge_terminals').select('last_seq').where('terminal_id', '=', terminalId).executeTakeFirstOrThrow();
-      if (ev.seq !== t.last_seq + 1) this.log.warn({ terminal: terminalId, seq: ev.seq, lastSeq: t.last_seq }, 'event sequence gap or repeat');
-      if (ev.seq > t.last_seq) await trx.updateTable('edge_terminals').set({ last_seq: ev.seq }).where('terminal_id', '=', terminalId).execute();
+      const t = await trx.selectFrom('edge_terminals').select(['last_seq', 'journal_id']).where('terminal_id', '=', terminalId).executeTakeFirstOrThrow();
+      // the first journal id a terminal shows names the journal whose seq applied_seq already counts
+      // (an agent updated in place keeps its store); last_seq is the highest seq seen, for status
+      const patch: { last_seq?: number; journal_id?: string } = {};
+      if (t.journal_id == null && journalId) patch.journal_id = journalId;
+      if (ev.seq > Number(t.last_seq)) patch.last_seq = ev.seq;
+      if (ev.seq !== Number(t.last_seq) + 1) this.log.info({ terminal: terminalId, seq: ev.seq, lastSeq: Number(t.last_seq) }, 'event out of sequence (held until the gap is filled, or a repeat)');
+      if (Object.keys(patch).length) await trx.updateTable('edge_terminals').set(patch).where('terminal_id', '=', terminalId).execute();
       return true;
     });
   }
 
-  private async finish(eventId: string, outcome: string): Promise<void> {
-    await this.db.updateTable('edge_events').set({ processed: 1, outcome }).where('event_id', '=', eventId).execute();
+  /** Marks an event processed with its outcome, unless another instance did already. */
+  private async finish(eventId: string, outcome: string): Promise<boolean> {
+    const r = await this.db.updateTable('edge_events').set({ processed: 1, outcome }).where('event_id', '=', eventId).where('processed', '=', 0).executeTakeFirst();
+    return Number(r.numUpdatedRows) === 1;
   }
 
-  private async processEvent(terminalId: string, eventId: string): Promise<void> {
+  private async finishTrue(eventId: string, outcome: string): Promise<true> {
+    await this.finish(eventId, outcome);
+    return true;
+  }
+
+  private journalIs(journal: string | null) {
+    return (eb: ExpressionBuilder<Database, 'edge_events'>) => (journal === null ? eb('journal_id', 'is', null) : eb('journal_id', '=', journal));
+  }
+
+  /**
+   * Applies a terminal's stored events in seq order from its applied_seq on, as far as they are
+   * contiguous; then acknowledges (down/eventAcks). A missing seq holds the later ones (they stay
+   * stored, unprocessed: bounded by the database, not memory); after edge.gapResendSeconds the
+   * terminal is asked to send again from the gap, after edge.gapGiveUpSeconds the gap is skipped
+   * (an error in the log). Several instances may run this for the same terminal: applied_seq moves
+   * by compare-and-set and each door event is claimed in the transaction that applies it, so every
+   * event is applied once, in order.
+   */
+  private async advance(terminalId: string, arrivedJournal: string | null = null): Promise<void> {
+    let resendFrom: number | undefined;
+    for (let guard = 0; guard < 100_000 && this.running; guard++) {
+      const t = await this.db.selectFrom('edge_terminals').select(['applied_seq', 'journal_id', 'gap_since']).where('terminal_id', '=', terminalId).executeTakeFirst();
+      if (!t) return;
+      const applied = Number(t.applied_seq ?? 0);
+      const journal = t.journal_id ?? null;
+      // events outside the current journal: legacy ones (no journal id, from agents older than
+      // ordered delivery) are applied as they come; a new journal (a new store, counting from 1
+      // again) takes over at its seq 1, once what the old one still holds is applied
+      if (journal !== null) {
+        const stray = await this.db
+          .selectFrom('edge_events')
+          .select(['event_id', 'journal_id'])
+          .where('terminal_id', '=', terminalId)
+          .where('processed', '=', 0)
+          .where((eb) => eb.or([eb('journal_id', 'is', null), eb.and([eb('journal_id', '!=', journal), eb('seq', '=', 1)])]))
+          .orderBy('seq')
+          .limit(1)
+          .executeTakeFirst();
+        if (stray && stray.journal_id === null) {
+          if (!(await this.processEvent(terminalId, stray.event_id))) break;
+          continue;
+        }
+        if (stray) {
+          const held = await this.db.selectFrom('edge_events').select('event_id').where('terminal_id', '=', terminalId).where(this.journalIs(journal)).where('processed', '=', 0).orderBy('seq').execute();
+          let ok = true;
+          for (const h of held) if (!(ok = await this.processEvent(terminalId, h.event_id))) break;
+          if (!ok) break;
+          this.log.warn({ terminal: terminalId }, 'the terminal started a new journal (a new store): its seq counts from 1 again');
+          await this.db.updateTable('edge_terminals').set({ journal_id: stray.journal_id, applied_seq: 0, gap_since: null }).where('terminal_id', '=', terminalId).where('applied_seq', '=', applied).execute();
+          continue;
+        }
+      }
+      const next = await this.db.selectFrom('edge_events').select(['event_id', 'processed']).where('terminal_id', '=', terminalId).where(this.journalIs(journal)).where('seq', '=', applied + 1).executeTakeFirst();
+      if (next) {
+        if (!next.processed && !(await this.processEvent(terminalId, next.event_id))) break;
+        await this.db.updateTable('edge_terminals').set({ applied_seq: applied + 1, gap_since: null }).where('terminal_id', '=', terminalId).where('applied_seq', '=', applied).execute();
+        continue;
+      }
+      // nothing at applied + 1: a gap when a later event waits
+      const later = await this.db
+        .selectFrom('edge_events')
+        .select('seq')
+        .where('terminal_id', '=', terminalId)
+        .where(this.journalIs(journal))
+        .where('seq', '>', applied + 1)
+        .where('processed', '=', 0)
+        .orderBy('seq')
+        .limit(1)
+        .executeTakeFirst();
+      if (!later) break;
+      const nowMs = this.ctx.clock.now().getTime();
+      if (!t.gap_since) {
+        await this.db.updateTable('edge_terminals').set({ gap_since: this.nowDb() }).where('terminal_id', '=', terminalId).execute();
+        this.log.info({ terminal: terminalId, missing: applied + 1, held: Number(later.seq) }, 'event gap: later events held until it is filled');
+        break;
+      }
+      const waitedMs = nowMs - Date.parse(t.gap_since);
+      if (waitedMs >= this.ctx.config.edge.gapGiveUpSeconds * 1000) {
+        this.log.error({ terminal: terminalId, missing: [applied + 1, Number(later.seq) - 1], waitedMs, errorCode: 'EVENT_GAP_SKIPPED' }, 'event gap given up on: the missing events never came; the held ones are applied');
+        await this.db.updateTable('edge_terminals').set({ applied_seq: Number(later.seq) - 1, gap_since: null }).where('terminal_id', '=', terminalId).where('applied_seq', '=', applied).execute();
+        continue;
+      }
+      if (waitedMs >= this.ctx.config.edge.gapResendSeconds * 1000) {
+        const last = this.resendAsked.get(terminalId) ?? 0;
+        if (nowMs - last >= this.ctx.config.edge.gapResendSeconds * 1000) {
+          this.resendAsked.set(terminalId, nowMs);
+          resendFrom = applied + 1;
+          this.log.warn({ terminal: terminalId, from: resendFrom, waitedMs }, 'event gap: asking the terminal to send again');
+        }
+      }
+      break;
+    }
+    await this.acknowledge(terminalId, arrivedJournal, resendFrom);
+  }
+
+  /** down/eventAcks: every event of the current journal up to applied_seq is committed here. */
+  private async acknowledge(terminalId: string, arrivedJournal: string | null, resendFrom?: number): Promise<void> {
+    const t = await this.db.selectFrom('edge_terminals').select(['applied_seq', 'journal_id']).where('terminal_id', '=', terminalId).executeTakeFirst();
+    const journalId = t?.journal_id ?? null;
+    // agents from before journal ids do not listen for it (their events are acknowledged by PUBACK)
+    if (!t || !journalId || (arrivedJournal !== null && arrivedJournal !== journalId && resendFrom === undefined)) return;
+    const msg: EventAck = { v: 1, journalId, upTo: Number(t.applied_seq ?? 0), ...(resendFrom !== undefined ? { resendFrom } : {}), at: this.ctx.clock.now().toISOString() };
+    // not awaited (see onEvent); lost, the terminal sends the events again and is acknowledged then
+    this.bus.publish(edgeTopics.down(terminalId, 'eventAcks'), JSON.stringify(msg), { qos: 1 }).catch((err) => {
+      this.log.warn({ terminal: terminalId, err: (err as Error).message }, 'event acknowledgement not published');
+    });
+  }
+
+  /**
+   * Acts on one stored event; false when it failed for a transient reason (it stays unprocessed
+   * and holds the later ones until a retry succeeds).
+   */
+  private async processEvent(terminalId: string, eventId: string): Promise<boolean> {
     const row = await this.db.selectFrom('edge_events').selectAll().where('event_id', '=', eventId).executeTakeFirst();
-    if (!row || row.processed) return;
-    if (row.type !== 'dropOff' && row.type !== 'pickUp') return this.finish(eventId, 'stored');
+    if (!row || row.processed) return true;
+    if (row.type !== 'dropOff' && row.type !== 'pickUp') {
+      // the lock's observed state (edge/observations.ts); a failure leaves the event unprocessed: retried
+      if (!(await recordObservation(this.db, this.log, terminalId, row))) return false;
+      return this.finishTrue(eventId, 'stored');
+    }
     const body = JSON.parse(row.payload) as Record<string, unknown>;
     const f = AccessDoneFields.safeParse(body);
-    if (!f.success) return this.finish(eventId, 'rejected:MalformedEvent');
+    if (!f.success) return this.finishTrue(eventId, 'rejected:MalformedEvent');
     const pup = await this.terminalPup(terminalId);
     const code = await this.db.selectFrom('access_codes').select(['value', 'pup_uid']).where('uid', '=', f.data.codeId).executeTakeFirst();
-    if (!code || code.pup_uid !== pup) return this.finish(eventId, 'rejected:UnknownCode');
+    if (!code || code.pup_uid !== pup) return this.finishTrue(eventId, 'rejected:UnknownCode');
     const item = typeof body.item === 'boolean' ? body.item : null;
+    // door time (docs/state-machine.md "Door time"): the event's time at the terminal, corrected by
+    // the terminal's measured clock offset when it is flagged (edge/clock.ts), never after arrival
+    const clk = await this.db.selectFrom('edge_terminals').select(['clock_offset_ms', 'clock_skewed']).where('terminal_id', '=', terminalId).executeTakeFirst();
+    const receivedAt = new Date(row.received_at);
+    const at = doorTime(row.at, receivedAt, clk ? { offsetMs: clk.clock_offset_ms, skewed: clk.clock_skewed } : null);
     try {
-      const r = await handleDoorEvent(this.ctx, { pupUid: pup!, lockerUid: f.data.lockerUid, code: code.value, itemPresent: item });
+      // claimed in the transaction that applies it: applied once, whichever instance gets there first
+      const claim = async (trx: Kysely<Database>) =>
+        Number((await trx.updateTable('edge_events').set({ processed: 1, outcome: 'applying' }).where('event_id', '=', eventId).where('processed', '=', 0).executeTakeFirst()).numUpdatedRows) === 1;
+      const r = await handleDoorEvent(this.ctx, { pupUid: pup!, lockerUid: f.data.lockerUid, code: code.value, codeId: f.data.codeId, itemPresent: item, at, receivedAt, claim });
+      if (r.skipped) return true; // another instance applied it (its claim committed first)
       this.log.info({ terminal: terminalId, seq: row.seq, type: row.type, shipment: r.shipmentUid, changed: r.changed, state: r.stateCode }, 'door event applied');
-      await this.finish(eventId, `${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}`);
+      await this.db.updateTable('edge_events').set({ outcome: `${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}` }).where('event_id', '=', eventId).execute();
+      return true;
     } catch (err) {
       if (err instanceof ApiError) {
         this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, errorCode: err.code }, 'door event not applicable');
-        await this.finish(eventId, `rejected:${err.code}`);
-        return;
+        return this.finishTrue(eventId, `rejected:${err.code}`);
       }
       await this.db.updateTable('edge_events').set({ attempts: row.attempts + 1 }).where('event_id', '=', eventId).execute();
       this.log.error({ terminal: terminalId, seq: row.seq, err: (err as Error).message }, 'door event failed; will retry');
+      return false;
     }
   }
 
+  /** Terminals with unprocessed events (a transient failure, or held behind a gap): advance them again. */
   private async retryUnprocessed(): Promise<void> {
-    const rows = await this.db.selectFrom('edge_events').select(['event_id', 'terminal_id']).where('processed', '=', 0).orderBy('terminal_id').orderBy('seq').limit(100).execute();
-    for (const r of rows) await this.serial(r.terminal_id, () => this.processEvent(r.terminal_id, r.event_id));
+    const rows = await this.db.selectFrom('edge_events').select('terminal_id').distinct().where('processed', '=', 0).limit(1000).execute();
+    for (const r of rows) await this.serial(r.terminal_id, () => this.advance(r.terminal_id));
   }
 }

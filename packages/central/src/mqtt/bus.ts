@@ -12,6 +12,12 @@ export interface SubscribeOptions {
    * External broker: an ordinary subscription (the broker acknowledges on its own).
    */
   beforeAck?: boolean;
+  /**
+   * External broker with mqtt.sharedGroup set: subscribe through the MQTT 5 shared subscription
+   * `$share/<group>/<filter>`, so the broker gives each message to one instance of the group.
+   * Embedded broker (one instance): no effect.
+   */
+  shared?: boolean;
 }
 
 export interface MessageBus {

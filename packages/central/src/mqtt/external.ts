@@ -7,13 +7,15 @@
 import os from 'node:os';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Logger } from '../logger';
-import { topicMatches, type Handler, type MessageBus } from './bus';
+import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
 
 export interface ExternalBrokerOptions {
   url: string;
   username?: string;
   password?: string;
   clientId?: string;
+  /** MQTT 5 shared subscription group for subscriptions made with `shared` (mqtt.sharedGroup) */
+  sharedGroup?: string;
   log: Logger;
 }
 
@@ -108,13 +110,15 @@ export class ExternalBroker implements MessageBus {
     });
   }
 
-  async subscribe(filter: string, handler: Handler): Promise<void> {
+  async subscribe(filter: string, handler: Handler, opts: SubscribeOptions = {}): Promise<void> {
     if (!this.client) throw new Error('bus not started');
     this.handlers.push({ filter, handler });
     const waiting = this.pending.filter((m) => topicMatches(filter, m.topic));
     this.pending = this.pending.filter((m) => !topicMatches(filter, m.topic));
     for (const m of waiting) this.dispatch(m.topic, m.payload, m.done);
-    await this.client.subscribeAsync(filter, { qos: 1 });
+    // a shared subscription delivers with the plain topic: the handler's filter stays the plain one
+    const wire = opts.shared && this.opts.sharedGroup ? `$share/${this.opts.sharedGroup}/${filter}` : filter;
+    await this.client.subscribeAsync(wire, { qos: 1 });
   }
 
   async stop(): Promise<void> {

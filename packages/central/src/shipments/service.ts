@@ -9,7 +9,7 @@ import type { ShipmentsTable } from '../db/schema-shipments';
 import { ApiError } from '../errors';
 import { newSeqUid, toDbTime } from '../ids';
 import { enqueueShipmentStatus } from '../callbacks/outbox';
-import { bookLocker, fits, releaseLocker, transferLocker, type BookRequest, type Dim } from './booking';
+import { bookLocker, chooseCandidates, fits, releaseLocker, takeLocker, transferLocker, type BookRequest, type Dim, type LockerCandidate } from './booking';
 import { copyCodes, insertCodePair, insertLinkCode, insertNewShipmentCodes, invalidateCodes, type CodeOwner } from './codes';
 import { initial, transition, type Input, type MachineState } from './state-machine';
 import { createTxRunner, type Trx, type TxJob, type TxRunner } from './tx';
@@ -17,6 +17,7 @@ import { notifyCodesChanged } from '../edge/notify';
 import { currentReservation, markIdempotentRun } from '../http/idempotency';
 import { rawQuery, StatementBatch, type Exec } from './sqlq';
 import { isActive, type Cause, type Flow, type StateCode, type TypeCode, type WaitKind } from './types';
+import { correctTime, expirySafeThrough, receivedThrough, type TerminalEvidence } from '../edge/clock';
 
 export type ShipmentRow = Selectable<ShipmentsTable>;
 
@@ -62,7 +63,27 @@ export interface LockerAccessEvent {
   cause: 'door' | 'simulate';
   /** only shipments of this tenant match (SimulateLockerAccess) */
   tenantUid?: string;
+  /**
+   * door time: when it happened at the locker (a terminal's event time, already corrected for its
+   * clock skew: edge/clock.ts). The transition, its history row, state_start and the callback's
+   * stateStart carry it. Default: the arrival time.
+   */
   at?: Date;
+  /** when the central service received the event (kept on the history row for audit). Default: now */
+  receivedAt?: Date;
+  /** the access code the terminal matched (its uid): finds an expired booking's code (the expiry race) */
+  codeId?: string;
+  /**
+   * run first in the transaction that applies the event (the edge sync marks its event applied
+   * there): false means another instance applied it already, and nothing is done (`skipped`)
+   */
+  claim?: (trx: Trx) => Promise<boolean>;
+}
+
+/** When a state was entered (door time) and when the central service learned of it; both stored times. */
+export interface When {
+  at?: string;
+  receivedAt?: string;
 }
 
 export interface LockerAccessResult {
@@ -70,6 +91,8 @@ export interface LockerAccessResult {
   action: 'DropOff' | 'PickUp';
   changed: boolean;
   stateCode: StateCode;
+  /** the event's claim said another instance applied it: nothing was done (the other fields are empty) */
+  skipped?: boolean;
 }
 
 const insertSql = new Map<string, string>();
@@ -249,14 +272,14 @@ export class ShipmentService {
     return { shipmentUid: row.uid, tenantUid: row.tenant_uid, pupUid: row.pup_uid, lockerUid: row.locker_uid };
   }
 
-  private async emit(trx: Trx, row: ShipmentRow, stateCode: string, now: string, sequence?: number, exec?: Exec): Promise<void> {
+  private async emit(trx: Trx, row: ShipmentRow, stateCode: string, now: string, sequence?: number, exec?: Exec, stateStart: string = now): Promise<void> {
     await enqueueShipmentStatus(
       trx,
       {
         tenantUid: row.tenant_uid,
         shipmentUid: row.uid,
         stateCode,
-        stateStart: now,
+        stateStart,
         shipmentType: row.type_code,
         referenceNo: row.reference_no,
         referenceCaseNo: row.reference_case_no,
@@ -283,7 +306,7 @@ export class ShipmentService {
   /** Checks an input against the state machine without changing anything (error precedence). */
   check(row: ShipmentRow, input: Input): void {
     const r = transition(this.machine(row, undefined), input);
-    if (!r.ok) throw new ApiError('InvalidShipmentState', r.reason);
+    if (!r.ok) throw new ApiError(r.error, r.reason);
   }
 
   // ---- applying an input ---------------------------------------------------------------------
@@ -292,19 +315,31 @@ export class ShipmentService {
    * Runs one input through the state machine and carries out its effects: stores the new state,
    * one audit row and one outbox event per entered state, code changes, locker release or
    * hand-over to the shipment waiting on this one (which gets its own input, same cause).
+   *
+   * `now` is when the central service makes the change (updated_at: updatedSince polling sees it;
+   * code and locker times; a deadline started here runs from it). `when.at` is when the state was
+   * entered (door time of a terminal's event; default now): state_start, the history row's `at`
+   * and the callback's stateStart (never before the state it leaves began, except for a late drop-off).
+   * `when.receivedAt` (default now) is stored on the history row.
+   * A chained transition (waiter) gets the same `when`.
    */
-  async apply(trx: Trx, row: ShipmentRow, input: Input, cause: Cause, detail: string, now: string, data: Partial<ShipmentsTable> = {}): Promise<ShipmentRow> {
-    const needsWaiter = input.type === 'DropOff' || input.type === 'PickUp' || input.type === 'Cancel' || input.type === 'Expire';
+  async apply(trx: Trx, row: ShipmentRow, input: Input, cause: Cause, detail: string, now: string, data: Partial<ShipmentsTable> = {}, when: When = {}): Promise<ShipmentRow> {
+    const needsWaiter = input.type === 'DropOff' || input.type === 'PickUp' || input.type === 'Cancel' || input.type === 'Expire' || input.type === 'Displaced';
     const waiter = needsWaiter ? await this.findWaiter(trx, row.uid) : undefined;
     const r = transition(this.machine(row, waiter), input);
-    if (!r.ok) throw new ApiError('InvalidShipmentState', r.reason);
+    if (!r.ok) throw new ApiError(r.error, r.reason);
     touchCodes(trx, row.pup_uid); // transitions invalidate, issue or copy codes
+    // a state is not entered before the one it leaves (a terminal clock a little behind, a waiter
+    // created after the door event); the expiry race is the exception: the door was first
+    const at = when.at ?? now;
+    const stateAt = input.type !== 'LateDropOff' && Date.parse(at) < Date.parse(row.state_start) ? row.state_start : at;
+    const receivedAt = when.receivedAt ?? now;
 
     const upd: Partial<ShipmentsTable> = { ...data, updated_at: now };
     if (r.steps.length) {
       upd.state_code = r.state.state;
       upd.active = isActive(r.state.state) ? 1 : 0;
-      upd.state_start = now;
+      upd.state_start = stateAt;
       upd.seq = row.seq + r.steps.length;
     }
     if (r.state.waitKind === null && row.wait_kind !== null) {
@@ -322,8 +357,8 @@ export class ShipmentService {
     let seq = row.seq;
     for (const to of r.steps) {
       seq++;
-      await trx.insertInto('shipment_transitions').values({ shipment_uid: row.uid, seq, tenant_uid: row.tenant_uid, from_state: from, to_state: to, cause, detail, at: now }).execute();
-      await this.emit(trx, next, to, now);
+      await trx.insertInto('shipment_transitions').values({ shipment_uid: row.uid, seq, tenant_uid: row.tenant_uid, from_state: from, to_state: to, cause, detail, at: stateAt, received_at: receivedAt }).execute();
+      await this.emit(trx, next, to, now, undefined, undefined, stateAt);
       from = to;
     }
 
@@ -345,13 +380,23 @@ export class ShipmentService {
           if (waiter) {
             await transferLocker(trx, row.locker_uid, row.uid, waiter.uid, now);
             const what = e.waiterInput === 'PriorPickedUp' ? 'picked up' : e.waiterInput === 'PriorDroppedOff' ? 'dropped off' : `${r.state.state.toLowerCase()}, locker handed over`;
-            await this.apply(trx, waiter, { type: e.waiterInput }, cause, `${waiter.wait_kind}: ${row.uid} ${what}`, now);
+            await this.apply(trx, waiter, { type: e.waiterInput }, cause, `${waiter.wait_kind}: ${row.uid} ${what}`, now, {}, when);
           } else {
             await releaseLocker(trx, row.locker_uid, row.uid, now);
           }
           break;
         case 'Unlink':
           if (waiter && row.waits_on_uid && row.wait_kind) await this.relink(trx, waiter, row.waits_on_uid, row.wait_kind as WaitKind, now);
+          break;
+        case 'ReclaimLocker':
+          // the expiry race: the parcel is in the locker, which the caller found free (or freed)
+          if (!row.locker_uid || !(await takeLocker(trx, this.ctx.db, row.locker_uid, row.uid, now))) throw new ApiError('LockerRebooked', `locker ${row.locker_uid ?? '?'} of shipment ${row.uid} is no longer free`);
+          break;
+        case 'ReinstatePickUpCodes':
+          await this.reinstatePickUpCodes(trx, next, now);
+          break;
+        case 'MoveLocker':
+          await this.moveLocker(trx, next, now);
           break;
         default:
           break;
@@ -479,6 +524,7 @@ export class ShipmentService {
       wait_kind: spec.waitOn?.kind ?? null,
       drop_off_deadline: init.effects.some((e) => e.type === 'StartDropOffDeadline') ? this.deadline(now) : null,
       seq: 1,
+      missed_deadline: null,
     };
     // The new shipment's rows are independent inserts: one statement on PostgreSQL (StatementBatch).
     const batch = new StatementBatch(trx, this.ctx.db);
@@ -522,7 +568,10 @@ export class ShipmentService {
    */
   async applyLockerAccess(ev: LockerAccessEvent): Promise<LockerAccessResult> {
     return this.tx.run(async (trx) => {
-      const now = this.nowDb(ev.at);
+      // now: when the change is recorded here (updated_at, updatedSince); when.at: the door time
+      const now = this.nowDb();
+      const when: When = { at: ev.at ? toDbTime(ev.at) : now, receivedAt: ev.receivedAt ? toDbTime(ev.receivedAt) : now };
+      if (ev.claim && !(await ev.claim(trx))) return { shipmentUid: '', action: 'DropOff', changed: false, stateCode: 'ReadyForDropoff', skipped: true };
       let lq = trx.selectFrom('lockers').select(['uid', 'name']).where('pup_uid', '=', ev.pupUid);
       lq = ev.lockerUid ? lq.where('uid', '=', ev.lockerUid) : lq.where('name', '=', ev.lockerName ?? '');
       const locker = await lq.executeTakeFirst();
@@ -538,7 +587,11 @@ export class ShipmentService {
         .where('usage', 'in', ['DropOff', 'PickUp']);
       if (ev.tenantUid) cq = cq.where('tenant_uid', '=', ev.tenantUid);
       const codes = await cq.execute();
-      if (codes.length === 0) throw new ApiError('InvalidAccessCode', `the code opens no shipment in locker ${locker.name}`);
+      if (codes.length === 0) {
+        const late = await this.lateDropOff(trx, ev, locker, now, when);
+        if (late) return late;
+        throw new ApiError('InvalidAccessCode', `the code opens no shipment in locker ${locker.name}`);
+      }
       let wrongState: ShipmentRow | undefined;
       for (const c of codes) {
         const row = await this.load(trx, c.shipment_uid);
@@ -554,19 +607,180 @@ export class ShipmentService {
         if (ev.itemPresent === true && action === 'PickUp') happened = !!(await this.findWaiter(trx, row.uid));
         if (!happened) return { shipmentUid: row.uid, action, changed: false, stateCode: row.state_code as StateCode };
         const detail = ev.cause === 'simulate' ? `SimulateLockerAccess ${locker.name}` : `door ${locker.name}`;
-        const next = await this.apply(trx, row, { type: action }, ev.cause, detail, now);
+        const next = await this.apply(trx, row, { type: action }, ev.cause, detail, now, {}, when);
         this.log.info({ shipment: row.uid, action, from: row.state_code, to: next.state_code, cause: ev.cause }, 'locker access');
         return { shipmentUid: row.uid, action, changed: true, stateCode: next.state_code as StateCode };
       }
+      const late = await this.lateDropOff(trx, ev, locker, now, when);
+      if (late) return late;
       throw new ApiError('InvalidShipmentState', `the code belongs to shipment ${wrongState?.uid ?? '?'} in state ${wrongState?.state_code ?? '?'}, which does not take this action now`);
     });
   }
 
+  /**
+   * The expiry race (docs/state-machine.md): a terminal reports a drop-off with the drop-off code
+   * of a booking that the clock expired meanwhile. Door time before the deadline it missed: the
+   * doors win, the booking takes its locker again (a plain booking that took the locker since is
+   * moved to another free locker that fits it) and goes on to ReadyForPickup / WaitForReceiver
+   * with its pick-up codes valid again. Door time at or after the deadline, or a locker that
+   * cannot be had back: refused (DropOffAfterDeadline, LockerRebooked), logged with the reason.
+   * Returns null when the code is no expired booking's drop-off code (the caller refuses as before).
+   */
+  private async lateDropOff(trx: Trx, ev: LockerAccessEvent, locker: { uid: string; name: string }, now: string, when: When): Promise<LockerAccessResult | null> {
+    if (ev.cause !== 'door') return null;
+    let q = trx
+      .selectFrom('access_codes as c')
+      .innerJoin('shipments as s', 's.uid', 'c.shipment_uid')
+      .select('c.shipment_uid')
+      .where('c.pup_uid', '=', ev.pupUid)
+      .where('c.locker_uid', '=', locker.uid)
+      .where('c.usage', '=', 'DropOff')
+      .where('c.shared', '=', 0)
+      .where('s.state_code', '=', 'Expired');
+    q = ev.codeId ? q.where('c.uid', '=', ev.codeId) : q.where('c.value', '=', ev.code).where('c.valid', '=', 0);
+    const hit = await q.orderBy('c.created_at', 'desc').executeTakeFirst();
+    if (!hit) return null;
+    const row = await this.load(trx, hit.shipment_uid);
+    if (!row || row.state_code !== 'Expired') return null;
+    if (ev.itemPresent === false) return { shipmentUid: row.uid, action: 'DropOff', changed: false, stateCode: 'Expired' };
+    const at = when.at ?? now;
+    const deadline = row.missed_deadline ?? null;
+    const beforeDeadline = deadline !== null && Date.parse(at) < Date.parse(deadline);
+    let lockerFree = false;
+    let holderUid: string | null = null;
+    if (beforeDeadline && row.locker_uid) {
+      const l = await trx.selectFrom('lockers').select('booked_shipment_uid').where('uid', '=', row.locker_uid).executeTakeFirst();
+      holderUid = l?.booked_shipment_uid ?? null;
+      if (l && !holderUid) lockerFree = true;
+      else if (holderUid) {
+        // the locker was booked again after the expiry. A plain booking still waiting for its own
+        // drop-off moves to another free locker (its codes follow); anything else keeps the locker
+        const holder = await this.load(trx, holderUid);
+        if (holder && transition(this.machine(holder, await this.findWaiter(trx, holder.uid)), { type: 'Displaced' }).ok) {
+          await this.apply(trx, holder, { type: 'Displaced' }, 'door', `door ${locker.name}: moved to another locker; ${locker.name} holds the parcel of ${row.uid}, dropped off before its deadline`, now);
+          lockerFree = true;
+        }
+      }
+    }
+    const input = { type: 'LateDropOff' as const, beforeDeadline, lockerFree };
+    const r = transition(this.machine(row, undefined), input);
+    if (!r.ok) {
+      this.log.warn({ shipment: row.uid, locker: locker.name, doorTime: at, deadline, holder: holderUid, errorCode: r.error }, 'late drop-off refused: the parcel is in the locker, the booking stays Expired');
+      throw new ApiError(r.error, `${r.reason} (shipment ${row.uid}, door time ${at}, deadline ${deadline ?? 'unknown'}, locker ${locker.name}${holderUid ? `, booked by ${holderUid}` : ''})`);
+    }
+    const next = await this.apply(trx, row, input, 'door', `door ${locker.name}: dropped off at ${at}, before the deadline ${deadline}; the expiry is undone`, now, {}, when);
+    this.log.info({ shipment: row.uid, locker: locker.name, doorTime: at, deadline, to: next.state_code }, 'late drop-off: the doors win over the expiry');
+    return { shipmentUid: row.uid, action: 'DropOff', changed: true, stateCode: next.state_code as StateCode };
+  }
+
+  /** ReinstatePickUpCodes: the newest pick-up pair valid again, or a fresh pair when its PIN was taken meanwhile. */
+  private async reinstatePickUpCodes(trx: Trx, row: ShipmentRow, now: string): Promise<void> {
+    const own = await trx.selectFrom('access_codes').select(['uid', 'usage', 'type', 'value', 'created_at']).where('shipment_uid', '=', row.uid).where('usage', 'in', ['PickUp', 'LinkCode']).where('shared', '=', 0).orderBy('created_at', 'desc').limit(8).execute();
+    const newest = (usage: string, type: string) => own.find((c) => c.usage === usage && c.type === type);
+    const link = own.find((c) => c.usage === 'LinkCode');
+    if (link) await trx.updateTable('access_codes').set({ valid: 1, invalidated_at: null }).where('uid', '=', link.uid).execute();
+    const pin = newest('PickUp', 'Code');
+    const qr = newest('PickUp', 'Qr');
+    if (pin && qr) {
+      const clash = await trx.selectFrom('access_codes').select('uid').where('pup_uid', '=', row.pup_uid).where('valid', '=', 1).where('type', '=', 'Code').where('shared', '=', 0).where('value', '=', pin.value).executeTakeFirst();
+      if (!clash) {
+        await trx.updateTable('access_codes').set({ valid: 1, invalidated_at: null }).where('uid', 'in', [pin.uid, qr.uid]).execute();
+        return;
+      }
+    }
+    await insertCodePair(trx, this.owner(row), 'PickUp', now);
+  }
+
+  /** MoveLocker: the booking takes another free locker of its pick up point that fits; its valid codes follow. */
+  private async moveLocker(trx: Trx, row: ShipmentRow, now: string): Promise<void> {
+    const free = await trx
+      .selectFrom('lockers')
+      .select(['uid', 'name', 'width', 'height', 'length', 'type_code', 'booked_shipment_uid'])
+      .where('pup_uid', '=', row.pup_uid)
+      .where('active', '=', 1)
+      .where('booked_shipment_uid', 'is', null)
+      .execute();
+    let got: LockerCandidate | undefined;
+    for (const c of chooseCandidates(free as LockerCandidate[], row, true)) {
+      if (await takeLocker(trx, this.ctx.db, c.uid, row.uid, now)) {
+        got = c;
+        break;
+      }
+    }
+    if (!got) throw new ApiError('LockerRebooked', `no free locker fits shipment ${row.uid}, which booked locker ${row.locker_uid ?? '?'} after the expiry`);
+    if (row.locker_uid) await releaseLocker(trx, row.locker_uid, row.uid, now);
+    await trx.updateTable('shipments').set({ locker_uid: got.uid, updated_at: now }).where('uid', '=', row.uid).execute();
+    await trx.updateTable('access_codes').set({ locker_uid: got.uid }).where('shipment_uid', '=', row.uid).where('valid', '=', 1).execute();
+    this.log.info({ shipment: row.uid, from: row.locker_uid, to: got.name }, 'booking moved to another locker');
+  }
+
   // ---- expiry --------------------------------------------------------------------------------
 
-  /** Expires every booking whose drop-off deadline has passed; returns how many. */
+  /**
+   * Expires every booking whose drop-off deadline has passed; returns how many. A pick up point's
+   * bookings expire only as far as its terminals cannot still hold a drop-off made before the
+   * deadline (expiryCutoff, docs/state-machine.md "The expiry race").
+   */
   async expireDue(at?: Date): Promise<number> {
-    const now = this.nowDb(at);
+    const nowD = at ?? this.ctx.clock.now();
+    const now = this.nowDb(nowD);
+    const pups = await this.ctx.db.kysely
+      .selectFrom('shipments')
+      .select('pup_uid')
+      .distinct()
+      .where('state_code', '=', 'ReadyForDropoff')
+      .where('drop_off_deadline', 'is not', null)
+      .where('drop_off_deadline', '<=', now)
+      .execute();
+    let total = 0;
+    for (const { pup_uid } of pups) {
+      const cutoff = await this.expiryCutoff(pup_uid, nowD);
+      if (cutoff === null || cutoff < now) this.log.debug({ pup: pup_uid, through: cutoff }, 'expiry held back: a terminal of the pick up point may still report drop-offs');
+      if (cutoff !== null) total += await this.expireAt(pup_uid, cutoff, now);
+    }
+    return total;
+  }
+
+  /**
+   * The latest deadline the sweep may act on at a pick up point (a stored time, at most now): the
+   * point's terminals have reported everything they did up to it, or have been silent for longer
+   * than edge.maxOfflineHours (edge/clock.ts expirySafeThrough). null: nothing may expire there yet.
+   */
+  async expiryCutoff(pupUid: string, nowD: Date): Promise<string | null> {
+    const db = this.ctx.db.kysely;
+    const terms = await db
+      .selectFrom('terminals as t')
+      .leftJoin('edge_terminals as e', 'e.terminal_id', 't.id')
+      .select(['t.id', 'e.status_at', 'e.last_seq', 'e.applied_seq', 'e.reported_through', 'e.pending_through_at', 'e.pending_through_seq', 'e.clock_offset_ms', 'e.clock_skewed'])
+      .where('t.pup_uid', '=', pupUid)
+      .execute();
+    const evidence: TerminalEvidence[] = [];
+    for (const t of terms) {
+      let earliest: Date | null = null;
+      if (t.status_at) {
+        const open = await db.selectFrom('edge_events').select('at').where('terminal_id', '=', t.id).where('processed', '=', 0).where('type', 'in', ['dropOff', 'pickUp']).limit(100).execute();
+        for (const o of open) {
+          const d = correctTime(o.at, { offsetMs: t.clock_offset_ms, skewed: t.clock_skewed });
+          if (!Number.isNaN(d.getTime()) && (!earliest || d < earliest)) earliest = d;
+        }
+      }
+      const date = (v: string | null | undefined) => (v ? new Date(v) : null);
+      evidence.push({
+        heardAt: date(t.status_at),
+        reportedThrough: date(t.reported_through),
+        pendingAt: date(t.pending_through_at),
+        pendingSeq: t.pending_through_seq == null ? null : Number(t.pending_through_seq),
+        receivedSeq: receivedThrough(t),
+        earliestUnprocessed: earliest,
+      });
+    }
+    const safe = expirySafeThrough(evidence, nowD, this.ctx.config.edge.maxOfflineHours * 3_600_000);
+    if (safe === null || safe.getTime() >= nowD.getTime()) return toDbTime(nowD);
+    // no proof at all (or a time before any deadline): stored times compare as text, so no odd years
+    return safe.getTime() <= 0 ? null : toDbTime(safe);
+  }
+
+  private async expireAt(pupUid: string, cutoff: string, now: string): Promise<number> {
     let total = 0;
     for (;;) {
       const due = await this.ctx.db.kysely
@@ -574,7 +788,8 @@ export class ShipmentService {
         .select('uid')
         .where('state_code', '=', 'ReadyForDropoff')
         .where('drop_off_deadline', 'is not', null)
-        .where('drop_off_deadline', '<=', now)
+        .where('drop_off_deadline', '<=', cutoff)
+        .where('pup_uid', '=', pupUid)
         .orderBy('drop_off_deadline')
         .limit(200)
         .execute();
@@ -583,8 +798,9 @@ export class ShipmentService {
       for (const d of due) {
         n += await this.tx.run(async (trx) => {
           const row = await this.load(trx, d.uid);
-          if (!row || row.state_code !== 'ReadyForDropoff' || !row.drop_off_deadline || row.drop_off_deadline > now) return 0;
-          await this.apply(trx, row, { type: 'Expire' }, 'clock', `drop-off deadline ${row.drop_off_deadline} passed`, now);
+          if (!row || row.state_code !== 'ReadyForDropoff' || !row.drop_off_deadline || row.drop_off_deadline > cutoff) return 0;
+          // an Expired shipment keeps the deadline it missed: a late drop-off is judged by it
+          await this.apply(trx, row, { type: 'Expire' }, 'clock', `drop-off deadline ${row.drop_off_deadline} passed`, now, { missed_deadline: row.drop_off_deadline });
           return 1;
         });
       }
@@ -625,7 +841,25 @@ export function shipmentService(ctx: AppContext): ShipmentService {
   return s;
 }
 
-/** Entry point for the edge sync (MQTT door events): applies a terminal's door event. */
-export function handleDoorEvent(ctx: AppContext, ev: Omit<LockerAccessEvent, 'cause' | 'tenantUid'>): Promise<LockerAccessResult> {
+/** A terminal's door event, as the edge sync hands it over. */
+export interface DoorEvent {
+  pupUid: string;
+  lockerUid: string;
+  /** the PIN or Qr value of the code the door was opened with */
+  code: string;
+  /** that code's uid (the event's codeId): finds an expired booking's code in the expiry race */
+  codeId?: string;
+  /** item sensor at door close; null: unknown */
+  itemPresent: boolean | null;
+  /** door time: the event's time at the terminal, already corrected for its clock skew (edge/clock.ts doorTime) */
+  at: Date;
+  /** when the central service received the event (edge_events.received_at) */
+  receivedAt: Date;
+  /** see LockerAccessEvent.claim */
+  claim?: (trx: Trx) => Promise<boolean>;
+}
+
+/** Entry point for the edge sync (MQTT door events): applies a terminal's door event at its door time. */
+export function handleDoorEvent(ctx: AppContext, ev: DoorEvent): Promise<LockerAccessResult> {
   return shipmentService(ctx).applyLockerAccess({ ...ev, cause: 'door' });
 }

@@ -31,7 +31,18 @@ export type Input =
   | { type: 'RemoveReceiver' }
   | { type: 'Cancel' }
   /** the drop-off deadline passed (clock) */
-  | { type: 'Expire' };
+  | { type: 'Expire' }
+  /**
+   * the expiry race (docs/state-machine.md): a drop-off reported after the booking expired.
+   * beforeDeadline: its door time is before the deadline the booking missed; lockerFree: its
+   * locker is free again (released at the expiry, or freed by moving the booking that took it)
+   */
+  | { type: 'LateDropOff'; beforeDeadline: boolean; lockerFree: boolean }
+  /**
+   * this booking's locker turned out to hold another shipment's parcel (that one won the expiry
+   * race): it moves to another free locker that fits, with the same codes, and stays ready for drop-off
+   */
+  | { type: 'Displaced' };
 
 export type Effect =
   /** mark codes of this usage invalid ('all': every code, link codes included) */
@@ -48,13 +59,25 @@ export type Effect =
    */
   | { type: 'ReleaseLocker'; waiterInput: 'PriorPickedUp' | 'PriorDroppedOff' | 'PriorReleased' }
   /** this shipment never held its locker and leaves the chain: its waiter now waits where it waited */
-  | { type: 'Unlink' };
+  | { type: 'Unlink' }
+  /** an expired shipment whose parcel is in its locker after all books that locker again */
+  | { type: 'ReclaimLocker' }
+  /** its pick-up codes (invalidated at the expiry) are valid again, or a fresh pair when a PIN was taken meanwhile */
+  | { type: 'ReinstatePickUpCodes' }
+  /** the shipment moves to another free locker that fits it; its valid codes follow */
+  | { type: 'MoveLocker' };
+
+/**
+ * Refusals: InvalidShipmentState, except the two outcomes of the expiry race that must say why
+ * (the parcel is in the locker all the same): DropOffAfterDeadline, LockerRebooked.
+ */
+export type Refusal = 'InvalidShipmentState' | 'DropOffAfterDeadline' | 'LockerRebooked';
 
 export type Result =
   | { ok: true; state: MachineState; steps: StateCode[]; effects: Effect[] }
-  | { ok: false; error: 'InvalidShipmentState'; reason: string };
+  | { ok: false; error: Refusal; reason: string };
 
-const fail = (reason: string): Result => ({ ok: false, error: 'InvalidShipmentState', reason });
+const fail = (reason: string, error: Refusal = 'InvalidShipmentState'): Result => ({ ok: false, error, reason });
 
 function go(s: MachineState, steps: StateCode[], effects: Effect[], patch: Partial<MachineState> = {}): Result {
   const state = { ...s, ...patch, state: steps.length ? steps[steps.length - 1]! : s.state };
@@ -152,6 +175,17 @@ export function transition(s: MachineState, input: Input): Result {
     case 'Expire': {
       if (s.state !== 'ReadyForDropoff' || s.keepBooked) return fail(`only a booking in ReadyForDropoff with a deadline expires (state ${s.state})`);
       return go(s, ['Expired'], [{ type: 'ClearDropOffDeadline' }, { type: 'InvalidateCodes', usage: 'all' }, { type: 'ReleaseLocker', waiterInput: 'PriorReleased' }]);
+    }
+    case 'LateDropOff': {
+      // The doors win: a parcel put in before the deadline, reported after the expiry.
+      if (s.state !== 'Expired') return fail(`a late drop-off needs state Expired, the shipment is ${s.state}`);
+      if (!input.beforeDeadline) return fail('the drop-off happened at the door after the deadline the booking missed', 'DropOffAfterDeadline');
+      if (!input.lockerFree) return fail('the locker was booked by another shipment after the expiry', 'LockerRebooked');
+      return go(s, [inLocker(s)], [{ type: 'ReclaimLocker' }, { type: 'ReinstatePickUpCodes' }]);
+    }
+    case 'Displaced': {
+      if (s.state !== 'ReadyForDropoff' || s.keepBooked || s.waiter !== null) return fail(`only a plain booking in ReadyForDropoff moves to another locker (state ${s.state})`);
+      return go(s, ['ReadyForDropoff'], [{ type: 'MoveLocker' }]);
     }
   }
 }

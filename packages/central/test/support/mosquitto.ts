@@ -61,6 +61,8 @@ export interface TestMosquitto {
   stop(): Promise<void>;
   /** starts it again on the same port with the same store */
   start(): Promise<void>;
+  /** SIGKILL: a crash; what the broker took in since its last autosave is lost */
+  kill(): Promise<void>;
   /** SIGHUP: Mosquitto reads the password and ACL files again */
   reload(): void;
   cleanup(): Promise<void>;
@@ -111,6 +113,15 @@ export async function startMosquitto(opts: { users?: [string, string][]; passwdF
       p.kill('SIGTERM');
     });
   };
+  const kill = async () => {
+    const p = proc;
+    proc = null;
+    if (!p || p.exitCode !== null) return;
+    await new Promise<void>((resolve) => {
+      p.once('exit', () => resolve());
+      p.kill('SIGKILL');
+    });
+  };
   await start();
   return {
     url,
@@ -118,6 +129,7 @@ export async function startMosquitto(opts: { users?: [string, string][]; passwdF
     passwd,
     stop,
     start,
+    kill,
     reload: () => proc?.kill('SIGHUP'),
     cleanup: async () => {
       await stop();

@@ -8,12 +8,16 @@ import * as m200 from './200_shipments';
 import * as m201 from './201_booking_candidates';
 import * as m202 from './202_booking_write_path';
 import * as m203 from './203_codes_valid_lookup';
+import * as m204 from './204_door_time';
 import * as m300 from './300_callbacks';
 import * as m301 from './301_outbox_indexes';
 import * as m302 from './302_outbox_park';
 import * as m400 from './400_edge';
 import * as m401 from './401_edge_seq_bigint';
 import * as m402 from './402_pup_code_versions';
+import * as m403 from './403_terminal_clock';
+import * as m404 from './404_lock_observations';
+import * as m405 from './405_edge_ordering';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -23,10 +27,14 @@ export const migrations: Record<string, Migration> = {
   '201_booking_candidates': m201,
   '202_booking_write_path': m202,
   '203_codes_valid_lookup': m203,
+  '204_door_time': m204,
   '300_callbacks': m300,
   '301_outbox_indexes': m301,
   '302_outbox_park': m302,
   '400_edge': m400,
   '401_edge_seq_bigint': m401,
   '402_pup_code_versions': m402,
+  '403_terminal_clock': m403,
+  '404_lock_observations': m404,
+  '405_edge_ordering': m405,
 };

@@ -1,0 +1,139 @@
+// Per-terminal order, whatever the delivery (issue 11 part 4, docs/edge-protocol.md "Order and
+// acknowledgement"): the central service applies a terminal's events in its journal's seq order.
+// An event that arrives early is held (stored, not applied) until the gap is filled, never refused
+// for good; repeats are applied once; a gap that stays open makes the central ask the terminal to
+// send again from it (down/eventAcks resendFrom), and after edge.gapGiveUpSeconds it is skipped.
+// Every committed prefix is acknowledged on down/eventAcks. Both engines, the embedded broker and a
+// terminal played by a raw MQTT client.
+import crypto from 'node:crypto';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createTestService, describeEngines, type TestService } from './support/harness';
+import { waitFor } from './support/wait';
+import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
+import { PUP_A1 } from './support/fixtures';
+import { addUser, booking, ok } from './shipments-helpers';
+
+describeEngines('edge events: applied in seq order, once, acknowledged', (engine) => {
+  let t: TestService;
+  let tt: ScriptedTerminal;
+  let user: string;
+  const P = 'locker/v1/t/term-a1';
+  const journalId = `journal-${crypto.randomUUID()}`;
+
+  beforeAll(async () => {
+    t = await createTestService(engine, {
+      config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 50, retrySeconds: 0.2, gapResendSeconds: 5, gapGiveUpSeconds: 60 } },
+      startWorkers: true,
+    });
+    user = await addUser(t, PUP_A1);
+    tt = await connectScriptedTerminal(t);
+    await tt.term.publishAsync(`${P}/up/status`, JSON.stringify(terminalStatus(0, null)), { qos: 1, retain: true });
+    await waitFor(() => tt.lastCodes(), 'codes pushed');
+  });
+  afterAll(async () => {
+    tt?.close();
+    await t?.close();
+  });
+
+  let seq = 0;
+  const send = async (s: number, type: string, fields: Record<string, unknown> = {}, eventId: string = crypto.randomUUID()) => {
+    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: s, terminalId: 'term-a1', journalId, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
+    return eventId;
+  };
+  const acks = () => tt.got.filter((g) => g.kind === 'eventAcks').map((g) => g.body);
+  const lastAck = () => acks().at(-1);
+  const shipment = async () => {
+    const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
+    const row = await t.ctx.db.kysely.selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
+    const locker = await t.ctx.db.kysely.selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
+    const codeId = async (usage: string) =>
+      (await t.ctx.db.kysely.selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', usage).where('valid', '=', 1).executeTakeFirstOrThrow()).uid;
+    const access = async (type: 'dropOff' | 'pickUp') => ({
+      sessionId: crypto.randomUUID(),
+      shipmentUid: uid,
+      codeId: await codeId(type === 'dropOff' ? 'DropOff' : 'PickUp'),
+      lockerUid: locker.uid,
+      bus: locker.bus,
+      board: locker.board_address,
+      lock: locker.lock_number,
+      item: type === 'dropOff',
+    });
+    return { uid, access };
+  };
+  const state = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipments').select('state_code').where('uid', '=', uid).executeTakeFirstOrThrow()).state_code;
+  const history = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipment_transitions').select('to_state').where('shipment_uid', '=', uid).orderBy('seq').execute()).map((r) => r.to_state);
+
+  it('in order: each event is applied and acknowledged (upTo = its seq)', async () => {
+    const s = await shipment();
+    await send(++seq, 'doorOpened', { bus: 'bus0', board: 0, lock: 1 });
+    await waitFor(() => lastAck()?.upTo === seq, 'ack 1');
+    await send(++seq, 'dropOff', await s.access('dropOff'));
+    await waitFor(() => lastAck()?.upTo === seq, 'ack 2');
+    expect(lastAck()).toMatchObject({ v: 1, journalId, upTo: 2 });
+    expect(await state(s.uid)).toBe('ReadyForPickup');
+  });
+
+  it('a pick-up that arrives before its drop-off is held, then both are applied in order; a repeat is applied once', async () => {
+    const s = await shipment();
+    const dropSeq = ++seq;
+    const pickSeq = ++seq;
+    const drop = await s.access('dropOff');
+    const pick = await s.access('pickUp');
+    await send(pickSeq, 'pickUp', pick); // early
+    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('processed').where('seq', '=', pickSeq).executeTakeFirst())?.processed === 0, 'pick-up stored, held');
+    // held, not refused: nothing applied, the acknowledgement stays before the gap
+    expect(await state(s.uid)).toBe('ReadyForDropoff');
+    expect(lastAck()?.upTo).toBe(dropSeq - 1);
+    const dropId = await send(dropSeq, 'dropOff', drop);
+    await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'both applied');
+    await waitFor(() => lastAck()?.upTo === pickSeq, 'ack past both');
+    // the same drop-off again (a broker redelivery): stored once, applied once, acknowledged again
+    const n = acks().length;
+    await send(dropSeq, 'dropOff', drop, dropId);
+    await waitFor(() => acks().length > n, 'repeat acknowledged');
+    expect(await history(s.uid)).toEqual(['ReadyForDropoff', 'ReadyForPickup', 'PickedUp']);
+    const rows = await t.ctx.db.kysely.selectFrom('edge_events').select(['seq', 'outcome']).where('seq', 'in', [dropSeq, pickSeq]).orderBy('seq').execute();
+    expect(rows.map((r) => [Number(r.seq), r.outcome])).toEqual([
+      [dropSeq, 'DropOff:applied:ReadyForPickup'],
+      [pickSeq, 'PickUp:applied:PickedUp'],
+    ]);
+  });
+
+  it('a gap that stays open: the terminal is asked to send again from it; filled late, all is applied in order', async () => {
+    const s = await shipment();
+    const missing = ++seq;
+    const held = ++seq;
+    await send(held, 'dropOff', await s.access('dropOff'));
+    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('gap_since').where('terminal_id', '=', 'term-a1').executeTakeFirst())?.gap_since != null, 'gap noticed');
+    expect(acks().some((a) => a.resendFrom !== undefined)).toBe(false);
+    t.clock.advance(6_000); // past edge.gapResendSeconds
+    const ask = await waitFor(() => acks().find((a) => a.resendFrom === missing), 'resend asked');
+    expect(ask.upTo).toBe(missing - 1);
+    expect(await state(s.uid)).toBe('ReadyForDropoff');
+    await send(missing, 'doorOpened', { bus: 'bus0', board: 0, lock: 1 });
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'held drop-off applied');
+    await waitFor(() => lastAck()?.upTo === held, 'acknowledged past the gap');
+  });
+
+  it('a gap never filled is given up on after edge.gapGiveUpSeconds: the held events are applied (an error logged)', async () => {
+    const s = await shipment();
+    ++seq; // lost for good
+    const held = ++seq;
+    await send(held, 'dropOff', await s.access('dropOff'));
+    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('gap_since').where('terminal_id', '=', 'term-a1').executeTakeFirst())?.gap_since != null, 'gap noticed');
+    t.clock.advance(30_000);
+    await new Promise((r) => setTimeout(r, 600));
+    expect(await state(s.uid)).toBe('ReadyForDropoff'); // still waiting
+    t.clock.advance(31_000);
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'applied after giving up');
+    await waitFor(() => lastAck()?.upTo === held, 'acknowledged');
+  });
+
+  it('a new journal (a new store) starts again at seq 1 and is applied from there', async () => {
+    const s = await shipment();
+    const other = `journal-${crypto.randomUUID()}`;
+    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId: crypto.randomUUID(), seq: 1, terminalId: 'term-a1', journalId: other, at: t.clock.now().toISOString(), type: 'dropOff', ...(await s.access('dropOff')) }), { qos: 1 });
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'applied');
+    await waitFor(() => lastAck()?.journalId === other && lastAck()?.upTo === 1, 'acknowledged for the new journal');
+  });
+});
