@@ -5,6 +5,7 @@ import readline from 'node:readline';
 import pino from 'pino';
 import { runCommand, type CommandContext } from './commands';
 import { parseArgs, USAGE } from './config';
+import { ControlServer, parseControlSpec } from './control';
 import { SimError } from './errors';
 import { suffixName } from './scanner';
 import { Simulator } from './simulator';
@@ -41,8 +42,9 @@ async function main(): Promise<number> {
 
   // Signal handlers first: whoever reads the paths below may stop us right away.
   let stopping: Promise<void> | null = null;
+  let control: ControlServer | null = null;
   const shutdown = (code: number) => {
-    stopping ??= sim.stop().finally(() => process.exit(code));
+    stopping ??= (control ? control.stop() : Promise.resolve()).then(() => sim.stop()).finally(() => process.exit(code));
     return stopping;
   };
   process.once('SIGINT', () => void shutdown(130));
@@ -58,6 +60,18 @@ async function main(): Promise<number> {
   for (const name of sim.scannerNames()) {
     const s = sim.scanner(name);
     console.log(`scanner ${name} (suffix ${suffixName(s.suffix)}): ${s.path}`);
+  }
+  if (cfg.control !== null) {
+    const spec = parseControlSpec(cfg.control);
+    control = new ControlServer({ sim, host: spec.host, port: spec.port, bus: ctx.bus, onQuit: () => void shutdown(0) });
+    try {
+      const port = await control.start();
+      console.log(`control tcp://${spec.host.includes(':') ? `[${spec.host}]` : spec.host}:${port}`);
+    } catch (err) {
+      console.error(`locker-sim: cannot listen on the control port ${cfg.control}: ${(err as Error).message}`);
+      await sim.stop();
+      return 1;
+    }
   }
   console.log('ready; type "help" for commands');
 

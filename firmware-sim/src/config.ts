@@ -4,12 +4,13 @@
 //        keys: name, path, tcp (port, 0 = free), host, baud, polarity, locks, autoclose
 //   --scanner [name][:suffix=cr|lf|crlf|none][:path=...]   repeatable
 //   --no-scanner --no-timing --auto-close <ms> --dir <dir> --config <file> --frames
-//   --log-level <level> -v --no-repl --help
+//   --log-level <level> -v --no-repl --control <[host:]port> --help
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { dialects, isDialectName } from '@locker/lockbus';
 import YAML from 'yaml';
+import { parseControlSpec } from './control';
 import { SimError } from './errors';
 import { SUFFIXES } from './scanner';
 import type { BusOptions, Polarity, ScannerOptions, SimulatorOptions } from './types';
@@ -19,6 +20,8 @@ export interface CliConfig {
   logLevel: string;
   frames: boolean;
   repl: boolean;
+  /** `--control [host:]port`: the control port's spec (see control.ts), or null */
+  control: string | null;
   help: boolean;
 }
 
@@ -48,6 +51,10 @@ Options:
   --frames              Print every frame (hex and meaning) on stdout from the start.
   --log-level <level>   pino level on stderr (default warn); -v = debug (frames, door events).
   --no-repl             Do not read commands from stdin.
+  --control <[host:]port>
+                        Also take commands on a TCP control port (line in, one JSON line out;
+                        0 = any free port, printed as "control tcp://HOST:PORT"; host default
+                        127.0.0.1). For programs that drive the simulator from another process.
   -h, --help            This text.
 `;
 
@@ -206,6 +213,7 @@ export function parseArgs(argv: string[]): CliConfig {
   let logLevel = 'warn';
   let frames = false;
   let repl = true;
+  let control: string | null = null;
   let help = false;
   const next = (i: number, flag: string): string => {
     const v = argv[i + 1];
@@ -259,6 +267,10 @@ export function parseArgs(argv: string[]): CliConfig {
       case '--no-repl':
         repl = false;
         break;
+      case '--control':
+        control = value();
+        parseControlSpec(control); // validates
+        break;
       case '-h':
       case '--help':
         help = true;
@@ -279,5 +291,5 @@ export function parseArgs(argv: string[]): CliConfig {
   const rt = realTiming ?? file.realTiming;
   if (rt !== undefined) options.realTiming = rt;
   if (autoClose !== undefined) for (const b of options.buses) b.autoCloseMs = autoClose;
-  return { options, logLevel, frames, repl, help };
+  return { options, logLevel, frames, repl, control, help };
 }

@@ -12,3 +12,4 @@ export { liveSocatCount } from './pty';
 export type * from './types';
 export { runCommand, busStatus, HELP, type CommandContext } from './commands';
 export { parseArgs, parseBusSpec, parseScannerSpec, loadConfigFile, defaultOptions, USAGE, DEFAULT_DIR, type CliConfig } from './config';
+export { ControlServer, parseControlSpec, type ControlReply, type ControlServerOptions } from './control';

@@ -19,11 +19,11 @@ import {
 } from '@locker/common';
 import { LockBusError, LockBusManager, ScannerReader, type Credential, type LockBusOptions, type LockView } from '@locker/lockbus';
 import type { AgentConfig } from './config';
-import { AgentStore } from './store';
+import { AgentStore, type JournalEntry, type LockStateRow } from './store';
 import { EdgeLink } from './edge-link';
 import { decideCodes } from './codes';
 import { AccessThrottle, TERMINAL } from './throttle';
-import { lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
+import { expireSessions, journalInput, lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
 import { DiagnosticsServer } from './diagnostics';
 import { createAgentLogger } from './logger';
 
@@ -58,7 +58,8 @@ export interface AgentState {
   terminalId: string;
   agentVersion: string;
   startedAt: string;
-  mqtt: { connected: boolean; url: string; lastError: string | null; eventsSent: number };
+  /** the broker link (EdgeLink.linkState()); downTooLong: down for longer than unhealthyAfterMinutes, healthy() is false */
+  mqtt: ReturnType<EdgeLink['linkState']> & { url: string; lastError: string | null; eventsSent: number; unhealthyAfterMinutes: number | null; downTooLong: boolean };
   codes: { epoch: string | null; version: number; count: number };
   journal: { unsent: number; lastSeq: number };
   buses: { name: string; port: string; dialect: string; portOpen: boolean; boards: { address: number; online: boolean | null; locks: LockState[] }[] }[];
@@ -68,7 +69,7 @@ export interface AgentState {
   recentEvents: { seq: number; type: string; at: string; sent: boolean; summary: string }[];
 }
 
-const BUS_EVENTS = ['doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'forcedOpen', 'doorLeftOpen', 'boardOffline', 'boardOnline'] as const;
+const BUS_EVENTS = ['doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'unlockUnobserved', 'forcedOpen', 'doorLeftOpen', 'boardOffline', 'boardOnline'] as const;
 
 export class Agent {
   store!: AgentStore;
@@ -78,6 +79,12 @@ export class Agent {
   diagnostics: DiagnosticsServer | null = null;
   private log!: Logger;
   private sessions: Sessions = {};
+  /** sessions restored from the journal at start, not yet compared with their board's first poll */
+  private restored = new Set<string>();
+  /** boards compared with the journal since start (`bus/board`) */
+  private reconciled = new Set<string>();
+  /** the last journalled physical state of each lock (mirror of the store's lock_state) */
+  private lockStates = new Map<string, LockStateRow>();
   private startedAt = new Date(0);
   private running = false;
   /** stop() is under way: no new codes or commands; bus events are still journalled until the buses stopped */
@@ -108,6 +115,7 @@ export class Agent {
     this.startedAt = this.now();
     this.store = new AgentStore(cfg.store.path);
     this.store.open();
+    this.restoreSessions();
     this.running = true;
     this.stopping = false;
     this.journalFault = null;
@@ -146,6 +154,7 @@ export class Agent {
       secret: cfg.terminal.secret,
       keepaliveSeconds: cfg.mqtt.keepaliveSeconds,
       reconnectMs: cfg.mqtt.reconnectMs,
+      reconnectMaxMs: cfg.mqtt.reconnectMaxMs,
       connectTimeoutMs: cfg.mqtt.connectTimeoutMs,
       publishTimeoutMs: cfg.mqtt.publishTimeoutMs,
       store: this.store,
@@ -204,11 +213,14 @@ export class Agent {
   }
 
   /**
-   * Healthy enough to ping the systemd watchdog: the store answers and the last journal write
-   * succeeded. A store that can read but not write stops the pings, so systemd restarts the agent.
+   * Healthy enough to ping the systemd watchdog: the store answers, the last journal write
+   * succeeded and the broker link has not been down for longer than mqtt.unhealthyAfterMinutes.
+   * A store that can read but not write, or a link that stays down (a client stuck in a state no
+   * retry gets out of), stops the pings, so systemd restarts the agent.
    */
   healthy(): boolean {
     if (this.journalFault) return false;
+    if (this.link?.downLongerThan(this.cfg.mqtt.unhealthyAfterMinutes)) return false;
     try {
       this.store.unsentCount();
       return this.running;
@@ -226,29 +238,142 @@ export class Agent {
 
   /** Journals an event; false when the write failed (logged; healthy() turns false until a write succeeds). */
   private record(type: EdgeEventType, fields: Record<string, unknown>, at = this.now()): boolean {
+    return this.journal([{ type, fields, at }]);
+  }
+
+  /**
+   * Journals events in one transaction, with the lock states they leave and, when given, the open
+   * sessions after them (the checkpoint the replay starts from). In memory, the sessions and lock
+   * states move on only when the write succeeded: what is not journalled did not happen as far as
+   * a restart is concerned, and the restart's comparison with the doors finds it again.
+   */
+  private journal(entries: JournalEntry[], next?: { sessions?: Sessions; locks?: LockStateRow[] }): boolean {
     try {
-      const row = this.store.append(type, fields, at);
+      const rows = this.store.appendAll(entries, { locks: next?.locks, sessions: next?.sessions as Record<string, unknown> | undefined });
       this.journalFault = null;
-      this.log.debug({ seq: row.seq, type }, 'event journalled');
-      this.link.kick();
+      if (next?.sessions) this.sessions = next.sessions;
+      for (const l of next?.locks ?? []) this.lockStates.set(lockKey(l), l);
+      for (const r of rows) this.log.debug({ seq: r.seq, type: r.type }, 'event journalled');
+      this.link?.kick();
       return true;
     } catch (err) {
       this.journalFault = (err as Error).message;
-      this.log.error({ err: (err as Error).message, type, errorCode: 'JOURNAL_UNAVAILABLE' }, 'journal write failed');
+      this.log.error({ err: (err as Error).message, types: entries.map((e) => e.type), errorCode: 'JOURNAL_UNAVAILABLE' }, 'journal write failed');
       return false;
     }
   }
 
-  private applySessions(input: SessionInput) {
+  /**
+   * A session input and the event that caused it, journalled together with the input's effects
+   * (dropOff, pickUp, accessIncomplete: at the same door time) and the sessions after it.
+   */
+  private stepSessions(input: SessionInput, trigger: JournalEntry[], at: Date, locks?: LockStateRow[]): boolean {
     const r = sessionStep(this.sessions, input);
-    this.sessions = r.sessions;
-    for (const e of r.effects) this.recordEffect(e);
-    return r.session;
+    const effects = r.effects.map((e): JournalEntry => ({ type: e.type, fields: e.fields, at }));
+    const ok = this.journal([...trigger, ...effects], { sessions: r.sessions, locks });
+    if (ok) for (const e of r.effects) this.logEffect(e);
+    return ok;
   }
 
-  private recordEffect(e: SessionEffect): void {
-    this.record(e.type, e.fields);
+  private logEffect(e: SessionEffect): void {
     if (e.type !== 'accessIncomplete') this.log.info({ type: e.type, shipment: e.fields.shipmentUid, bus: e.fields.bus, board: e.fields.board, lock: e.fields.lock }, 'access completed');
+    else this.log.info({ reason: e.fields.reason, bus: e.fields.bus, board: e.fields.board, lock: e.fields.lock }, 'access ended without a drop-off or pick-up');
+  }
+
+  /**
+   * The open sessions as the journal leaves them: the last checkpoint, then the rows journalled
+   * after it replayed through the same pure step (their effects are in the journal already).
+   * A store from before checkpoints replays the rows of the last access.sessionMaxHours.
+   */
+  private restoreSessions(): void {
+    const cp = this.store.sessionCheckpoint();
+    let sessions: Sessions = (cp?.sessions as Sessions | undefined) ?? {};
+    const rows = cp ? this.store.rowsAfter(cp.seq) : this.store.rowsSince(new Date(this.now().getTime() - this.cfg.access.sessionMaxHours * 3_600_000).toISOString());
+    for (const row of rows) {
+      const input = journalInput(row.type, row.fields);
+      if (input) sessions = sessionStep(sessions, input).sessions;
+    }
+    this.sessions = sessions;
+    this.restored = new Set(Object.keys(sessions));
+    this.reconciled.clear();
+    this.lockStates = new Map(this.store.lockStates().map((l) => [lockKey(l), l]));
+    if (this.restored.size) this.log.info({ sessions: [...this.restored], replayed: rows.length }, 'open access sessions restored from the journal');
+  }
+
+  /**
+   * A board's first good poll since start, compared with the last journalled state of its locks:
+   * what the doors did while nobody watched (the agent dead, a power cut) is journalled now, with
+   * `unwatched: true` and the time it was last known (`unwatchedSince`), and the restored sessions
+   * of the board end by what the board shows (docs/agent.md, "What survives what").
+   */
+  private reconcileBoard(bus: string, board: number): void {
+    const key = `${bus}/${board}`;
+    if (this.reconciled.has(key)) return;
+    this.reconciled.add(key);
+    let views: LockView[];
+    try {
+      views = this.buses.bus(bus).locks(board);
+    } catch {
+      return;
+    }
+    const at = this.now();
+    const atIso = at.toISOString();
+    for (const v of views) {
+      if (v.door === 'unknown') continue;
+      const ref: LockRef = { bus, board, lock: v.lock };
+      const k = lockKey(ref);
+      const prev = this.lockStates.get(k) ?? null;
+      const restored = this.restored.delete(k) ? (this.sessions[k] ?? null) : null;
+      const now: LockStateRow = { ...ref, door: v.door, item: v.item, at: atIso };
+      const base = { ...ref, lockerUid: this.store.lockerAt(bus, board, v.lock), unwatched: true, unwatchedSince: prev?.at ?? null };
+      const entries: JournalEntry[] = [];
+      let sessions = this.sessions;
+      const step = (input: SessionInput) => {
+        const r = sessionStep(sessions, input);
+        sessions = r.sessions;
+        for (const e of r.effects) entries.push({ type: e.type, fields: e.fields, at });
+        r.effects.forEach((e) => this.logEffect(e));
+      };
+      const sid = () => sessions[k]?.sessionId ?? null;
+      if (prev) {
+        if (v.item !== null && prev.item !== null && v.item !== prev.item) {
+          entries.push({ type: v.item ? 'itemPlaced' : 'itemRemoved', fields: { ...base, sessionId: sid() }, at });
+          if (!v.item) step({ kind: 'itemRemoved', at: ref });
+        }
+        if (prev.door === 'closed' && v.door === 'open') {
+          entries.push({ type: 'doorOpened', fields: { ...base, commanded: !!sessions[k], item: v.item, sessionId: sid() }, at });
+          step({ kind: 'doorOpened', at: ref });
+        } else if (prev.door === 'open' && v.door === 'closed') {
+          entries.push({ type: 'doorClosed', fields: { ...base, item: v.item, sessionId: sid() }, at });
+          step({ kind: 'doorClosed', at: ref, item: v.item });
+        }
+      }
+      if (restored && sessions[k] && v.door === 'closed') {
+        // the code was accepted before the gap and the door is shut now: the item sensor decides
+        entries.push({ type: 'unlockUnobserved', fields: { ...base, item: v.item, sessionId: sid() }, at });
+        step({ kind: 'unobserved', at: ref, item: v.item });
+      }
+      const changed = !prev || prev.door !== now.door || prev.item !== now.item;
+      if (!entries.length && !changed) continue;
+      if (entries.length) this.log.warn({ bus, board, lock: v.lock, events: entries.map((e) => e.type) }, 'the doors moved while they were not watched');
+      this.journal(entries, { sessions: sessions === this.sessions ? undefined : sessions, locks: [now] });
+    }
+  }
+
+  /** The lock state an event leaves (from the event, the driver's view filling in what it does not say). */
+  private lockAfter(type: string, ref: LockRef, at: Date, item: boolean | null | undefined): LockStateRow | null {
+    const prev = this.lockStates.get(lockKey(ref));
+    const view = this.lockView(ref);
+    const known = (d: string | undefined): 'open' | 'closed' | null => (d === 'open' || d === 'closed' ? d : null);
+    let door: 'open' | 'closed' | null = known(prev?.door) ?? known(view?.door);
+    let it = prev?.item ?? view?.item ?? null;
+    if (type === 'doorOpened') door = 'open';
+    else if (type === 'doorClosed' || type === 'unlockUnobserved') door = 'closed';
+    if (type === 'itemPlaced') it = true;
+    else if (type === 'itemRemoved') it = false;
+    else if (item !== undefined) it = item;
+    if (!door) return null;
+    return { ...ref, door, item: it, at: at.toISOString() };
   }
 
   // ---------------------------------------------------------------- buses
@@ -266,34 +391,43 @@ export class Agent {
     const at = new Date(e.at);
     if (type === 'boardOffline' || type === 'boardOnline') {
       this.record(type, { bus: e.bus, board: e.board, ...(type === 'boardOffline' ? { error: e.error } : {}) }, at);
+      if (type === 'boardOnline') this.reconcileBoard(e.bus, e.board);
       this.statusSoon();
       return;
     }
     const ref: LockRef = { bus: e.bus, board: e.board, lock: e.lock };
     const base = { ...ref, lockerUid: this.store.lockerAt(ref.bus, ref.board, ref.lock) };
     const sid = () => this.sessions[lockKey(ref)]?.sessionId ?? null;
+    const lock = (item?: boolean | null) => {
+      const l = this.lockAfter(type, ref, at, item);
+      return l ? [l] : undefined;
+    };
     switch (type) {
       case 'doorOpened': {
-        const session = this.applySessions({ kind: 'doorOpened', at: ref });
-        this.record('doorOpened', { ...base, commanded: e.commanded, item: this.lockView(ref)?.item ?? null, sessionId: session?.sessionId ?? null }, at);
+        const item = this.lockView(ref)?.item ?? null;
+        const sessionId = sid();
+        this.stepSessions({ kind: 'doorOpened', at: ref }, [{ type: 'doorOpened', fields: { ...base, commanded: e.commanded, item, sessionId }, at }], at, lock(item));
         break;
       }
       case 'itemPlaced':
-        this.record('itemPlaced', { ...base, sessionId: sid() }, at);
+        this.journal([{ type: 'itemPlaced', fields: { ...base, sessionId: sid() }, at }], { locks: lock() });
         break;
       case 'itemRemoved':
-        this.record('itemRemoved', { ...base, sessionId: sid() }, at);
-        this.applySessions({ kind: 'itemRemoved', at: ref });
+        this.stepSessions({ kind: 'itemRemoved', at: ref }, [{ type: 'itemRemoved', fields: { ...base, sessionId: sid() }, at }], at, lock());
         break;
       case 'doorClosed': {
         const item = this.lockView(ref)?.item ?? null;
-        this.record('doorClosed', { ...base, item, sessionId: sid() }, at);
-        this.applySessions({ kind: 'doorClosed', at: ref, item });
+        this.stepSessions({ kind: 'doorClosed', at: ref, item }, [{ type: 'doorClosed', fields: { ...base, item, sessionId: sid() }, at }], at, lock(item));
+        break;
+      }
+      case 'unlockUnobserved': {
+        // the board could not be read while the unlock played out; the door is shut now
+        const item: boolean | null = e.item ?? null;
+        this.stepSessions({ kind: 'unobserved', at: ref, item }, [{ type: 'unlockUnobserved', fields: { ...base, item, afterMs: e.afterMs, sessionId: sid() }, at }], at, lock(item));
         break;
       }
       case 'jam':
-        this.record('jam', { ...base, cause: e.cause, afterMs: e.afterMs, sessionId: sid() }, at);
-        this.applySessions({ kind: 'jam', at: ref });
+        this.stepSessions({ kind: 'jam', at: ref }, [{ type: 'jam', fields: { ...base, cause: e.cause, afterMs: e.afterMs, sessionId: sid() }, at }], at);
         break;
       case 'forcedOpen':
         this.record('forcedOpen', { ...base, reason: e.reason }, at);
@@ -392,16 +526,41 @@ export class Agent {
     const codes = matches.filter((m) => m.locker.uid === locker.uid);
     const ref: LockRef = { bus: locker.bus, board: locker.board, lock: locker.lock };
     const sessionId = crypto.randomUUID();
-    const alreadyOpen = this.lockView(ref)?.door === 'open';
-    const journalled = this.record('credentialAccepted', {
-      ...base,
+    const view = this.lockView(ref);
+    const alreadyOpen = view?.door === 'open';
+    const acceptedAt = this.now();
+    const session = {
       sessionId,
-      codeIds: codes.map((m) => m.id),
-      usages: [...new Set(codes.map((m) => m.usage))],
-      shipmentUids: [...new Set(codes.map((m) => m.shipmentUid))],
       lockerUid: locker.uid,
-      ...ref,
-    });
+      at: ref,
+      codes: codes.map((m) => ({ id: m.id, usage: m.usage, shipmentUid: m.shipmentUid })),
+      itemAtStart: view?.item ?? null,
+      startedAt: acceptedAt.toISOString(),
+    };
+    // the session is journalled with the acceptance (and checkpointed with it): a restart knows it
+    const journalled = this.stepSessions(
+      { kind: 'start', session, doorOpen: alreadyOpen },
+      [
+        {
+          type: 'credentialAccepted',
+          fields: {
+            ...base,
+            sessionId,
+            codeIds: codes.map((m) => m.id),
+            usages: [...new Set(codes.map((m) => m.usage))],
+            shipmentUids: [...new Set(codes.map((m) => m.shipmentUid))],
+            codes: session.codes,
+            itemAtStart: session.itemAtStart,
+            doorOpen: alreadyOpen,
+            startedAt: session.startedAt,
+            lockerUid: locker.uid,
+            ...ref,
+          },
+          at: acceptedAt,
+        },
+      ],
+      acceptedAt,
+    );
     if (!journalled) {
       // a door whose opening cannot be journalled is not opened: the drop-off or pick-up would
       // never reach the central service
@@ -409,11 +568,6 @@ export class Agent {
       this.record('credentialRefused', { ...base, reason: 'JOURNAL_UNAVAILABLE', sessionId });
       return { accepted: false, reason: 'JOURNAL_UNAVAILABLE', error: this.journalFault ?? undefined };
     }
-    this.applySessions({
-      kind: 'start',
-      session: { sessionId, lockerUid: locker.uid, at: ref, codes: codes.map((m) => ({ id: m.id, usage: m.usage, shipmentUid: m.shipmentUid })) },
-      doorOpen: alreadyOpen,
-    });
     const r = await this.unlock(ref);
     if (r.ok) {
       this.log.info({ bus: ref.bus, board: ref.board, lock: ref.lock, usages: [...new Set(codes.map((m) => m.usage))] }, 'code accepted; lock pulsed');
@@ -421,8 +575,7 @@ export class Agent {
       return { accepted: true, lockerUid: locker.uid };
     }
     this.log.warn({ bus: ref.bus, board: ref.board, lock: ref.lock, error: r.error }, 'code accepted but the lock could not be pulsed');
-    this.applySessions({ kind: 'abort', at: ref });
-    this.record('credentialRefused', { ...base, reason: 'LOCK_UNAVAILABLE', sessionId, error: r.error });
+    this.stepSessions({ kind: 'abort', at: ref }, [{ type: 'credentialRefused', fields: { ...base, reason: 'LOCK_UNAVAILABLE', sessionId, error: r.error, ...ref }, at: this.now() }], this.now());
     return { accepted: false, reason: 'LOCK_UNAVAILABLE', error: r.error };
   }
 
@@ -614,7 +767,7 @@ export class Agent {
       terminalId: this.cfg.terminal.id,
       agentVersion: AGENT_VERSION,
       startedAt: this.startedAt.toISOString(),
-      mqtt: { connected: this.link.connected, url: this.link.safeUrl, lastError: this.link.lastError, eventsSent: this.link.sentCount },
+      mqtt: { ...this.link.linkState(), url: this.link.safeUrl, lastError: this.link.lastError, eventsSent: this.link.sentCount, unhealthyAfterMinutes: this.cfg.mqtt.unhealthyAfterMinutes, downTooLong: this.link.downLongerThan(this.cfg.mqtt.unhealthyAfterMinutes) },
       codes: this.store.codesMeta(),
       journal: { unsent: this.store.unsentCount(), lastSeq: this.store.lastSeq() },
       buses,
@@ -626,6 +779,15 @@ export class Agent {
   }
 
   private prune(): void {
+    // a session whose door never closed within access.sessionMaxHours (a board unreadable for that
+    // long) ends as abandoned: the journal and the replay stay bounded
+    const ended = expireSessions(this.sessions, new Date(this.now().getTime() - this.cfg.access.sessionMaxHours * 3_600_000).toISOString());
+    if (ended.effects.length) {
+      this.journal(
+        ended.effects.map((e) => ({ type: e.type, fields: e.fields, at: this.now() })),
+        { sessions: ended.sessions },
+      );
+    }
     try {
       const n = this.store.pruneSent(new Date(this.now().getTime() - this.cfg.store.keepSentEventsHours * 3600_000));
       if (n) this.log.info({ deleted: n }, 'old sent events pruned');

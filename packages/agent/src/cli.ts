@@ -1,11 +1,12 @@
 // locker-agent: the terminal agent's command line.
 //   locker-agent run --config FILE     run the agent (systemd Type=notify: READY, WATCHDOG, STOPPING)
 //   locker-agent check-config --config FILE
+import { execFile } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { systemdNotifier } from '@locker/common';
 import { AgentConfigError, loadAgentConfig, type AgentConfig } from './config';
-import { Agent } from './agent';
+import { Agent, type AgentState } from './agent';
 import { createAgentLogger } from './logger';
 
 const HELP = `locker-agent: the parcel-locker terminal agent
@@ -17,6 +18,42 @@ Usage:
 --config FILE: YAML or JSON (LOCKER_AGENT_CONFIG does the same); LOCKER_AGENT_* variables override
 it (see docs/agent.md).
 `;
+
+/** The systemd STATUS= text: the terminal and its broker link (`systemctl status locker-agent`). */
+export function statusText(terminalId: string, state: AgentState['mqtt']): string {
+  const head = `terminal ${terminalId} running`;
+  if (state.connected) return `${head}; broker connected`;
+  const parts = [`broker down since ${state.downSince ?? '?'}`];
+  if (state.refusals) parts.push(`${state.refusals} failed attempt${state.refusals === 1 ? '' : 's'} (last ${state.lastRefusal?.reason ?? '?'})`);
+  if (state.downTooLong) parts.push(`UNHEALTHY: down for longer than ${state.unhealthyAfterMinutes} min`);
+  return `${head}; ${parts.join(', ')}`;
+}
+
+/** Sends STATUS= alone (the Notifier sends it only with READY=1); best effort, like the Notifier. */
+function linkStatusUpdates(agent: Agent, terminalId: string, sent: string, env: NodeJS.ProcessEnv = process.env): () => void {
+  if (!env.NOTIFY_SOCKET) return () => undefined;
+  let last = sent;
+  const update = () => {
+    let text: string;
+    try {
+      text = statusText(terminalId, agent.state().mqtt);
+    } catch {
+      return; // stopping
+    }
+    if (text === last) return;
+    last = text;
+    execFile('systemd-notify', [`--status=${text}`], { env: process.env }, () => undefined);
+  };
+  agent.link.on('linkState', update);
+  // the unhealthy threshold passes without a link event
+  const t = setInterval(update, 30_000);
+  t.unref();
+  update();
+  return () => {
+    clearInterval(t);
+    agent.link.off('linkState', update);
+  };
+}
 
 function fail(msg: string): never {
   console.error(`locker-agent: ${msg}`);
@@ -51,10 +88,12 @@ export async function main(argv: string[]): Promise<void> {
   const notifier = systemdNotifier();
   let stopping = false;
   let starting: Promise<void> = Promise.resolve();
+  let stopStatus = () => undefined as void;
   const shutdown = async (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ ns: 'agent.cli', signal }, 'shutting down');
+    stopStatus();
     notifier.stopping();
     notifier.stop();
     const t = setTimeout(() => process.exit(1), 15_000);
@@ -79,8 +118,10 @@ export async function main(argv: string[]): Promise<void> {
     process.exit(1);
   }
   if (stopping) return;
-  notifier.ready(`terminal ${cfg.terminal.id} running`);
+  const readyStatus = statusText(cfg.terminal.id, agent.state().mqtt);
+  notifier.ready(readyStatus);
   notifier.startWatchdog(() => agent.healthy());
+  stopStatus = linkStatusUpdates(agent, cfg.terminal.id, readyStatus);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

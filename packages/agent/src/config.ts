@@ -44,7 +44,12 @@ export const AgentConfigSchema = z
       .object({
         url: z.string().min(1).default('mqtt://127.0.0.1:1883'),
         keepaliveSeconds: z.number().int().min(1).default(30),
+        /** the first retry of a failed or lost connection waits this long (at least), with jitter */
         reconnectMs: z.number().int().positive().default(2000),
+        /** each consecutive failure doubles the retry delay's upper bound, up to this (taken as at least reconnectMs) */
+        reconnectMaxMs: z.number().int().positive().default(60_000),
+        /** the link down for longer than this makes the agent unhealthy (no watchdog pings: systemd restarts it); null: never */
+        unhealthyAfterMinutes: z.number().positive().nullable().default(30),
         connectTimeoutMs: z.number().int().positive().default(10_000),
         statusIntervalSeconds: z.number().positive().default(60),
         syncRetrySeconds: z.number().positive().default(30),
@@ -76,6 +81,11 @@ export const AgentConfigSchema = z
         terminalMaxFailures: z.number().int().min(1).optional(),
         /** codes are refused (CODES_STALE) after this long without a broker connection; null: never */
         maxOfflineHours: z.number().positive().nullable().default(72),
+        /**
+         * an access session (code accepted, door not yet closed) waits this long for its door's
+         * close, e.g. while its board cannot be read; then it ends as accessIncomplete "abandoned"
+         */
+        sessionMaxHours: z.number().positive().default(72),
       })
       .strict()
       .prefault({}),

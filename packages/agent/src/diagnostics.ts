@@ -163,7 +163,7 @@ const PAGE = `<!doctype html>
 <body>
 <h1>Locker terminal <span id="terminal">…</span></h1>
 <div class="cards">
- <div class="card"><div class="k">MQTT</div><div class="v" id="mqtt">…</div><div class="k" id="mqtturl"></div></div>
+ <div class="card"><div class="k">MQTT</div><div class="v" id="mqtt">…</div><div class="k" id="mqttlink"></div><div class="k" id="mqtturl"></div></div>
  <div class="card"><div class="k">Access codes held</div><div class="v" id="codes">…</div><div class="k" id="codesver"></div></div>
  <div class="card"><div class="k">Unsent events</div><div class="v" id="unsent">…</div><div class="k" id="lastseq"></div></div>
  <div class="card"><div class="k">Agent</div><div class="v" id="version">…</div><div class="k" id="started"></div></div>
@@ -189,9 +189,25 @@ async function openLock(bus, board, lock) {
   } catch (e) { $('msg').textContent = 'Not opened: ' + e.message; $('msg').className = 'bad'; }
   refresh();
 }
+function ago(iso) {
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  return s < 120 ? s + ' s' : s < 7200 ? Math.round(s / 60) + ' min' : Math.round(s / 3600) + ' h';
+}
+function linkText(m) {
+  if (m.connected) return 'up since ' + esc(m.lastConnectedAt || '?');
+  const parts = [];
+  if (m.downSince) parts.push('down since ' + esc(m.downSince) + ' (' + ago(m.downSince) + ')');
+  if (m.refusals) parts.push(m.refusals + ' failed attempt' + (m.refusals === 1 ? '' : 's') + (m.lastRefusal ? ', last: <b>' + esc(m.lastRefusal.reason) + '</b>' : ''));
+  if (m.nextRetryAt) parts.push('next try in ' + Math.max(0, Math.round((Date.parse(m.nextRetryAt) - Date.now()) / 1000)) + ' s');
+  else parts.push('connecting…');
+  let html = parts.join(' — ');
+  if (m.downTooLong) html += '<div class="bad" id="mqttunhealthy">down for longer than ' + m.unhealthyAfterMinutes + ' min: unhealthy, the watchdog restarts the agent</div>';
+  return html;
+}
 function render(s) {
   $('terminal').textContent = s.terminalId;
   $('mqtt').innerHTML = s.mqtt.connected ? '<span class="ok">connected</span>' : '<span class="bad">disconnected</span>';
+  $('mqttlink').innerHTML = linkText(s.mqtt);
   $('mqtturl').textContent = s.mqtt.url + (s.mqtt.lastError ? ' — ' + s.mqtt.lastError : '') + ' — ' + s.mqtt.eventsSent + ' events sent';
   $('codes').textContent = s.codes.count;
   $('codesver').textContent = 'version ' + s.codes.version + (s.codes.epoch ? ' (epoch ' + s.codes.epoch.slice(0, 8) + ')' : ' (never synced)');

@@ -7,8 +7,9 @@
 import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
-import { edgeTopics, type StatusMessage } from '@locker/common';
+import { EventAck, edgeTopics, parseMessage, type StatusMessage } from '@locker/common';
 import type { AgentStore, JournalRow } from './store';
+import { backoffDelay, describeFailure, type Refusal } from './reconnect';
 
 type JournalRowLike = Pick<JournalRow, 'eventId' | 'seq' | 'at' | 'type' | 'fields'>;
 
@@ -17,7 +18,10 @@ export interface EdgeLinkOptions {
   terminalId: string;
   secret: string;
   keepaliveSeconds: number;
+  /** the first retry waits at least this long (src/reconnect.ts) */
   reconnectMs: number;
+  /** the retry delay's upper bound (default 60 s); a connection up this long resets the back-off */
+  reconnectMaxMs?: number;
   connectTimeoutMs: number;
   /** no PUBACK for an event within this long: publish it again */
   publishTimeoutMs: number;
@@ -26,18 +30,40 @@ export interface EdgeLinkOptions {
   /** builds the current online status (called on every publish of it) */
   status: () => StatusMessage;
   now?: () => Date;
+  /** the back-off's jitter source (tests) */
+  random?: () => number;
+}
+
+/** The link as the diagnostics page, Agent.state().mqtt and the systemd STATUS= line show it. */
+export interface LinkState {
+  connected: boolean;
+  /** since when the link is down (the start, when it never came up); null while connected */
+  downSince: string | null;
+  lastConnectedAt: string | null;
+  /** failed connection attempts since the last successful one (refused CONNACK, timeout, socket error) */
+  refusals: number;
+  /** the last failed attempt: its reason (CONNACK code name, CONNECT_TIMEOUT, ECONNREFUSED, ...), never the secret */
+  lastRefusal: Refusal | null;
+  /** when the next attempt is due (null while connected or while an attempt is under way) */
+  nextRetryAt: string | null;
 }
 
 export interface EdgeLinkEvents {
   connected: [];
   disconnected: [];
+  /** the link state changed (connected, lost, refused, retry scheduled) */
+  linkState: [state: LinkState];
   message: [kind: 'codes' | 'commands', payload: Buffer];
-  eventSent: [row: JournalRow];
+  /** the central service acknowledged the journal up to this seq (down/eventAcks): those are marked sent */
+  eventsAcknowledged: [upTo: number];
 }
 
-export function eventPayload(terminalId: string, row: JournalRowLike): string {
-  return JSON.stringify({ v: 1, eventId: row.eventId, seq: row.seq, terminalId, at: row.at, type: row.type, ...row.fields });
+export function eventPayload(terminalId: string, row: JournalRowLike, journalId?: string): string {
+  return JSON.stringify({ ...row.fields, v: 1, eventId: row.eventId, seq: row.seq, terminalId, ...(journalId ? { journalId } : {}), at: row.at, type: row.type });
 }
+
+/** Events published and not yet acknowledged by the central service at most (then the drain waits). */
+export const EVENT_WINDOW = 32;
 
 export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
   private client: MqttClient | null = null;
@@ -45,6 +71,25 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
   private wake: (() => void) | null = null;
   private drainLoop: Promise<void> | null = null;
   private wasConnected = false;
+  /** the highest seq published on this connection (acknowledged or not) */
+  private cursor = 0;
+  /** when the central service last acknowledged events / an event was last published (ms) */
+  private lastAckAt = 0;
+  private lastPublishAt = 0;
+  // connection bookkeeping (reconnects are driven here, not by mqtt.js: see start())
+  private retryTimer: NodeJS.Timeout | null = null;
+  /** a connection attempt is under way (its close or CONNACK has not come yet) */
+  private attempting = false;
+  /** the error of the attempt under way, if any */
+  private attemptError: Error | null = null;
+  /** consecutive failures feeding the back-off (reset by a connection that stayed up) */
+  private failures = 0;
+  private refusals = 0;
+  private lastRefusal: Refusal | null = null;
+  private downSince: Date | null = null;
+  private connectedAt: Date | null = null;
+  private lastConnectedAt: Date | null = null;
+  private nextRetryAt: Date | null = null;
   private readonly log: Logger;
   private readonly now: () => Date;
   /** events published and acknowledged since start */
@@ -61,6 +106,11 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     return !!this.client?.connected;
   }
 
+  /** The highest journal seq published on the current connection (acknowledged by the central service or not). */
+  get publishedUpTo(): number {
+    return this.cursor;
+  }
+
   /** The broker URL without credentials (for the diagnostics page). */
   get safeUrl(): string {
     try {
@@ -73,17 +123,59 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     }
   }
 
+  /** The link's state: connected or since when down, refusals, the last one's reason, the next retry. */
+  linkState(): LinkState {
+    const iso = (d: Date | null) => (d ? d.toISOString() : null);
+    return {
+      connected: this.connected,
+      downSince: this.connected ? null : iso(this.downSince),
+      lastConnectedAt: iso(this.lastConnectedAt),
+      refusals: this.refusals,
+      lastRefusal: this.lastRefusal,
+      nextRetryAt: iso(this.nextRetryAt),
+    };
+  }
+
+  /** How long the link has been down (0 while connected or before start). */
+  downForMs(): number {
+    if (this.connected || !this.downSince) return 0;
+    return Math.max(0, this.now().getTime() - this.downSince.getTime());
+  }
+
+  /** Down for longer than `minutes` (null: never counts). */
+  downLongerThan(minutes: number | null): boolean {
+    return minutes !== null && this.downForMs() > minutes * 60_000;
+  }
+
+  private get reconnectMaxMs(): number {
+    return Math.max(this.opts.reconnectMs, this.opts.reconnectMaxMs ?? 60_000);
+  }
+
+  private emitLinkState(): void {
+    this.emit('linkState', this.linkState());
+  }
+
+  /**
+   * mqtt.js reconnects by itself only after a lost connection, not after a refused CONNACK (unless
+   * reconnectOnConnackError), and always after the same fixed period. So mqtt.js does not reconnect
+   * at all here (reconnectPeriod 0): every close, whether of a connection or of a failed attempt,
+   * schedules one retry with jittered exponential back-off (src/reconnect.ts). One client, one
+   * attempt at a time: a retry starts only after the previous connection closed.
+   */
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
     const { terminalId } = this.opts;
+    this.downSince = this.now();
+    this.attempting = true;
+    this.attemptError = null;
     const client = mqtt.connect(this.opts.url, {
       clientId: terminalId,
       username: terminalId,
       password: this.opts.secret,
       clean: true,
       keepalive: this.opts.keepaliveSeconds,
-      reconnectPeriod: this.opts.reconnectMs,
+      reconnectPeriod: 0,
       connectTimeout: this.opts.connectTimeoutMs,
       queueQoSZero: false,
       will: {
@@ -94,23 +186,83 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
       },
     });
     this.client = client;
-    client.on('connect', () => void this.onConnect());
-    client.on('close', () => {
-      if (!this.wasConnected) return;
-      this.wasConnected = false;
-      this.log.info('disconnected from broker');
-      this.emit('disconnected');
+    client.on('connect', () => {
+      this.noteConnected();
+      void this.onConnect();
     });
+    client.on('close', () => this.onClose());
     client.on('error', (err) => {
-      this.lastError = err.message;
-      this.log.warn({ err: err.message }, 'broker connection error');
+      const failure = describeFailure(err, this.now(), this.opts.secret);
+      this.lastError = failure.message;
+      if (this.attempting && !this.wasConnected) this.attemptError = err;
+      else this.log.warn({ err: failure.message, reason: failure.reason }, 'broker connection error');
     });
     client.on('message', (topic, payload) => {
       if (topic === edgeTopics.down(terminalId, 'codes')) this.emit('message', 'codes', payload);
       else if (topic === edgeTopics.down(terminalId, 'commands')) this.emit('message', 'commands', payload);
+      else if (topic === edgeTopics.down(terminalId, 'eventAcks')) this.onEventAck(payload);
       else this.log.warn({ topic }, 'message on an unexpected topic dropped');
     });
     this.drainLoop = this.drain();
+  }
+
+  private noteConnected(): void {
+    const now = this.now();
+    if (this.refusals) this.log.info({ refusals: this.refusals, downMs: this.downSince ? now.getTime() - this.downSince.getTime() : null }, 'broker accepted the connection after refusals');
+    this.attempting = false;
+    this.attemptError = null;
+    this.refusals = 0;
+    this.downSince = null;
+    this.nextRetryAt = null;
+    this.connectedAt = now;
+    this.lastConnectedAt = now;
+    this.emitLinkState();
+  }
+
+  /** Every close (a lost connection or a failed attempt) schedules exactly one retry. */
+  private onClose(): void {
+    const now = this.now();
+    if (this.wasConnected) {
+      this.wasConnected = false;
+      this.downSince = now;
+      const upMs = now.getTime() - (this.connectedAt ?? now).getTime();
+      // a connection that stayed up resets the back-off; one dropped right away does not
+      if (upMs >= this.reconnectMaxMs) this.failures = 0;
+      this.connectedAt = null;
+      this.log.info({ upMs }, 'disconnected from broker');
+      this.emit('disconnected');
+    } else if (this.attempting) {
+      this.refusals++;
+      this.lastRefusal = describeFailure(this.attemptError, now, this.opts.secret);
+    }
+    this.attempting = false;
+    this.attemptError = null;
+    if (!this.running) return;
+    this.failures++;
+    this.scheduleRetry();
+  }
+
+  private scheduleRetry(): void {
+    if (this.retryTimer || !this.running) return;
+    const delay = backoffDelay(this.failures, { initialMs: this.opts.reconnectMs, maxMs: this.reconnectMaxMs }, this.opts.random);
+    this.nextRetryAt = new Date(this.now().getTime() + delay);
+    const refusal = this.lastRefusal && this.refusals ? { reason: this.lastRefusal.reason, refusals: this.refusals } : {};
+    this.log.warn({ ...refusal, failures: this.failures, retryInMs: delay }, this.refusals ? 'broker connection failed; retrying' : 'broker connection lost; reconnecting');
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      this.nextRetryAt = null;
+      this.retry();
+    }, delay);
+    this.emitLinkState();
+  }
+
+  private retry(): void {
+    const c = this.client;
+    if (!this.running || !c || c.connected || this.attempting) return;
+    this.attempting = true;
+    this.attemptError = null;
+    // the same stores: a QoS 1 message in flight is sent again on the new connection
+    c.reconnect({ incomingStore: c.incomingStore, outgoingStore: c.outgoingStore });
   }
 
   private async onConnect(): Promise<void> {
@@ -121,7 +273,11 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     this.log.info({ url: this.safeUrl }, 'connected to broker');
     try {
       const granted = await client.subscribeAsync(
-        { [edgeTopics.down(this.opts.terminalId, 'codes')]: { qos: 1 }, [edgeTopics.down(this.opts.terminalId, 'commands')]: { qos: 1 } },
+        {
+          [edgeTopics.down(this.opts.terminalId, 'codes')]: { qos: 1 },
+          [edgeTopics.down(this.opts.terminalId, 'commands')]: { qos: 1 },
+          [edgeTopics.down(this.opts.terminalId, 'eventAcks')]: { qos: 1 },
+        },
       );
       const refused = granted.filter((g) => g.qos === 128);
       if (refused.length) this.log.error({ topics: refused.map((g) => g.topic) }, 'subscription refused by the broker');
@@ -129,7 +285,42 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     } catch (err) {
       this.log.warn({ err: (err as Error).message }, 'subscribe / status after connect failed');
     }
+    // what was published on the last connection and not acknowledged goes again, in order
+    this.cursor = 0;
     this.emit('connected');
+    this.kick();
+  }
+
+  /**
+   * down/eventAcks: the central service committed every event up to `upTo` of this journal: they
+   * are marked sent (only now: a broker's PUBACK is not a commit, a broker can crash with what it
+   * acknowledged). `resendFrom`: it misses that event: the drain goes back there.
+   */
+  private onEventAck(payload: Buffer): void {
+    const ack = parseMessage(EventAck, payload);
+    if (!ack) {
+      this.log.warn({ bytes: payload.length }, 'malformed event acknowledgement dropped');
+      return;
+    }
+    if (ack.journalId !== this.opts.store.journalId()) {
+      this.log.debug({ upTo: ack.upTo }, 'acknowledgement of another journal ignored');
+      return;
+    }
+    try {
+      const n = this.opts.store.markSentUpTo(ack.upTo, this.now());
+      if (n) {
+        this.sentCount += n;
+        this.lastAckAt = Date.now();
+        this.log.debug({ upTo: ack.upTo, marked: n }, 'events committed by the central service');
+        this.emit('eventsAcknowledged', ack.upTo);
+      }
+    } catch (err) {
+      this.log.error({ err: (err as Error).message }, 'marking events sent failed');
+    }
+    if (ack.resendFrom !== undefined && ack.resendFrom - 1 < this.cursor) {
+      this.log.warn({ from: ack.resendFrom }, 'the central service misses an event: sending again from there');
+      this.cursor = ack.resendFrom - 1;
+    }
     this.kick();
   }
 
@@ -164,6 +355,13 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     });
   }
 
+  /**
+   * Sends the journal: oldest unsent first, in seq order, up to EVENT_WINDOW published ahead of the
+   * central service's acknowledgement. An event is marked sent only by down/eventAcks (onEventAck),
+   * never by the broker's PUBACK. No acknowledgement within publishTimeoutMs while events wait for
+   * one, or a new connection: everything unacknowledged is published again (the central service
+   * dedupes by eventId and applies in seq order).
+   */
   private async drain(): Promise<void> {
     while (this.running) {
       const client = this.client;
@@ -172,38 +370,47 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
         continue;
       }
       let row: JournalRow | null;
+      let oldest: JournalRow | null;
       try {
-        row = this.opts.store.nextUnsent();
+        oldest = this.opts.store.nextUnsent();
+        row = this.opts.store.nextUnsent(this.cursor);
       } catch (err) {
         this.log.error({ err: (err as Error).message }, 'journal read failed');
         await this.waitForWake(1000);
         continue;
       }
-      if (!row) {
-        await this.waitForWake(5000);
+      const waiting = oldest !== null && oldest.seq <= this.cursor;
+      if (waiting) {
+        const since = Math.max(this.lastAckAt, this.lastPublishAt);
+        if (Date.now() - since >= this.opts.publishTimeoutMs) {
+          this.log.warn({ from: oldest!.seq, upTo: this.cursor }, `no acknowledgement from the central service within ${this.opts.publishTimeoutMs} ms: sending again`);
+          this.cursor = oldest!.seq - 1;
+          this.lastPublishAt = Date.now();
+          continue;
+        }
+      }
+      if (!row || (waiting && this.cursor - oldest!.seq + 1 >= EVENT_WINDOW)) {
+        await this.waitForWake(waiting ? Math.min(1000, this.opts.publishTimeoutMs) : 5000);
         continue;
       }
       try {
-        // resolves on PUBACK; if the connection drops meanwhile, mqtt.js re-sends it after the
-        // reconnect and resolves then (still one in flight, so order holds)
-        const acked = client.publishAsync(edgeTopics.up(this.opts.terminalId, 'events'), eventPayload(this.opts.terminalId, row), { qos: 1 });
+        // resolves on PUBACK (flow control only); if the connection drops meanwhile, mqtt.js
+        // re-sends it on the next connection
+        const acked = client.publishAsync(edgeTopics.up(this.opts.terminalId, 'events'), eventPayload(this.opts.terminalId, row, this.opts.store.journalId()), { qos: 1 });
         let timer: NodeJS.Timeout | undefined;
         const timedOut = new Promise<never>((_, reject) => {
           timer = setTimeout(() => reject(new Error(`no PUBACK within ${this.opts.publishTimeoutMs} ms`)), this.opts.publishTimeoutMs);
         });
         try {
-          // a PUBACK that never comes (a connection that died silently) must not stall the
-          // journal: the same event is published again (the central service dedupes by eventId)
           await Promise.race([acked, timedOut]);
         } finally {
           clearTimeout(timer);
           acked.catch(() => undefined);
         }
         if (!this.running && !client.connected) return;
-        this.opts.store.markSent(row.seq, this.now());
-        this.sentCount++;
-        this.log.debug({ seq: row.seq, type: row.type }, 'event delivered');
-        this.emit('eventSent', row);
+        this.cursor = Math.max(this.cursor, row.seq);
+        this.lastPublishAt = Date.now();
+        this.log.debug({ seq: row.seq, type: row.type }, 'event published');
       } catch (err) {
         if (!this.running) return;
         this.log.warn({ seq: row.seq, err: (err as Error).message }, 'event publish failed; will retry');
@@ -215,6 +422,9 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
   async stop(): Promise<void> {
     if (!this.running) return;
     this.running = false;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.nextRetryAt = null;
     this.wake?.();
     const c = this.client;
     this.client = null;

@@ -4,6 +4,13 @@
 // drop-off = opened with a drop-off code and closed with an item; pick-up = opened with a pick-up
 // code and closed empty. A session holding both kinds (a swap, whose codes are shared) gives the
 // pick-up first, then the drop-off, when it closes with an item.
+//
+// Sessions survive the agent (docs/agent.md, "What survives what"): every input that changes them
+// is journalled in the same SQLite transaction as their effects and a checkpoint of the open
+// sessions, and at start the agent replays the journal rows after the checkpoint through
+// `journalInput` + `sessionStep`. What happened while the doors could not be watched (the agent
+// dead, the board unreadable) arrives as `unobserved`: the door is closed now, its opening was not
+// seen; the item sensor then decides only when it moved since the code was accepted.
 import type { LockRef } from '@locker/common';
 
 export interface SessionCode {
@@ -19,6 +26,10 @@ export interface Session {
   codes: SessionCode[];
   opened: boolean;
   sawItemRemoved: boolean;
+  /** the item sensor when the code was accepted (null: no sensor, or not known) */
+  itemAtStart?: boolean | null;
+  /** when the code was accepted (ISO, terminal clock) */
+  startedAt?: string;
 }
 
 export type Sessions = Readonly<Record<string, Session>>;
@@ -32,10 +43,15 @@ export type SessionInput =
   | { kind: 'itemRemoved'; at: LockRef }
   | { kind: 'doorClosed'; at: LockRef; item: boolean | null }
   | { kind: 'jam'; at: LockRef }
+  /**
+   * The door is closed now and was not watched meanwhile (the board could not be read, or the
+   * agent was dead): whether it opened is known only from the item sensor having moved.
+   */
+  | { kind: 'unobserved'; at: LockRef; item: boolean | null }
   /** the unlock could not be sent: the session never began */
   | { kind: 'abort'; at: LockRef };
 
-export type IncompleteReason = 'closed-empty' | 'item-still-present' | 'door-did-not-open' | 'superseded';
+export type IncompleteReason = 'closed-empty' | 'item-still-present' | 'door-did-not-open' | 'superseded' | 'not-seen-open' | 'abandoned';
 
 export type SessionEffect =
   | { type: 'dropOff' | 'pickUp'; fields: { sessionId: string; shipmentUid: string; codeId: string; lockerUid: string; item: boolean | null } & LockRef }
@@ -92,7 +108,7 @@ export function sessionStep(sessions: Sessions, input: SessionInput): { sessions
   };
   switch (input.kind) {
     case 'start': {
-      const s: Session = { ...input.session, opened: input.doorOpen === true, sawItemRemoved: false };
+      const s: Session = { itemAtStart: null, ...input.session, opened: input.doorOpen === true, sawItemRemoved: false };
       return { sessions: { ...sessions, [key]: s }, effects: cur ? [incomplete(cur, 'superseded')] : [], session: s };
     }
     case 'doorOpened':
@@ -107,8 +123,57 @@ export function sessionStep(sessions: Sessions, input: SessionInput): { sessions
     case 'jam':
       if (!cur) return { sessions, effects: [], session: null };
       return { sessions: without(), effects: [incomplete(cur, 'door-did-not-open')], session: cur };
+    case 'unobserved': {
+      if (!cur) return { sessions, effects: [], session: null };
+      // seen open before the gap, or the item moved since the code: the door opened and is closed
+      const itemMoved = input.item !== null && cur.itemAtStart !== undefined && cur.itemAtStart !== null && input.item !== cur.itemAtStart;
+      if (cur.opened || itemMoved) return { sessions: without(), effects: closeOutcome(cur, input.item), session: cur };
+      // nothing shows the door ever opened: no drop-off or pick-up is invented
+      return { sessions: without(), effects: [incomplete(cur, 'not-seen-open')], session: cur };
+    }
     case 'abort':
       if (!cur) return { sessions, effects: [], session: null };
       return { sessions: without(), effects: [], session: cur };
+  }
+}
+
+/**
+ * Ends the sessions begun before `beforeIso` (a door whose close never came within the documented
+ * limit, access.sessionMaxHours): accessIncomplete `abandoned`, so the journal and the replay stay bounded.
+ */
+export function expireSessions(sessions: Sessions, beforeIso: string): { sessions: Sessions; effects: SessionEffect[] } {
+  const next: Record<string, Session> = {};
+  const effects: SessionEffect[] = [];
+  for (const [k, s] of Object.entries(sessions)) {
+    if (s.startedAt !== undefined && s.startedAt < beforeIso) effects.push(incomplete(s, 'abandoned'));
+    else next[k] = s;
+  }
+  return { sessions: effects.length ? next : sessions, effects };
+}
+
+/** A journalled event as the session input it was (for the replay at start); null when it is none. */
+export function journalInput(type: string, f: Record<string, any>): SessionInput | null {
+  if (typeof f.bus !== 'string' || typeof f.board !== 'number' || typeof f.lock !== 'number') return null;
+  const at: LockRef = { bus: f.bus, board: f.board, lock: f.lock };
+  switch (type) {
+    case 'credentialAccepted': {
+      if (!Array.isArray(f.codes) || typeof f.sessionId !== 'string') return null;
+      const session = { sessionId: f.sessionId, lockerUid: f.lockerUid, at, codes: f.codes as SessionCode[], itemAtStart: f.itemAtStart ?? null, startedAt: f.startedAt };
+      return { kind: 'start', session, doorOpen: f.doorOpen === true };
+    }
+    case 'credentialRefused':
+      return typeof f.sessionId === 'string' ? { kind: 'abort', at } : null;
+    case 'doorOpened':
+      return { kind: 'doorOpened', at };
+    case 'itemRemoved':
+      return { kind: 'itemRemoved', at };
+    case 'doorClosed':
+      return { kind: 'doorClosed', at, item: f.item ?? null };
+    case 'unlockUnobserved':
+      return { kind: 'unobserved', at, item: f.item ?? null };
+    case 'jam':
+      return { kind: 'jam', at };
+    default:
+      return null;
   }
 }

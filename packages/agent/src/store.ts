@@ -23,6 +23,29 @@ export interface JournalRow {
   sentAt: string | null;
 }
 
+/** One event of an atomic journal write. */
+export interface JournalEntry {
+  type: EdgeEventType;
+  fields: Record<string, unknown>;
+  at: Date;
+}
+
+/** The last journalled physical state of a lock (what the agent last knew before a gap). */
+export interface LockStateRow {
+  bus: string;
+  board: number;
+  lock: number;
+  door: 'open' | 'closed';
+  item: boolean | null;
+  at: string;
+}
+
+/** The open access sessions as of a journal seq (written in the same transaction as that seq). */
+export interface SessionCheckpoint {
+  seq: number;
+  sessions: Record<string, unknown>;
+}
+
 export type CommandBegin = { state: 'new' } | { state: 'started' } | { state: 'done'; ack: Record<string, unknown> };
 
 const SCHEMA = `
@@ -37,6 +60,9 @@ CREATE TABLE IF NOT EXISTS journal (
 CREATE INDEX IF NOT EXISTS journal_unsent ON journal(seq) WHERE sent_at IS NULL;
 CREATE TABLE IF NOT EXISTS commands (command_id TEXT PRIMARY KEY, received_at TEXT NOT NULL, ack TEXT);
 CREATE TABLE IF NOT EXISTS failures (reader TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS lock_state (
+  bus TEXT NOT NULL, board INTEGER NOT NULL, lock INTEGER NOT NULL, door TEXT NOT NULL, item INTEGER, at TEXT NOT NULL,
+  PRIMARY KEY (bus, board, lock));
 CREATE INDEX IF NOT EXISTS failures_reader ON failures(reader, at);
 `;
 
@@ -54,6 +80,13 @@ export class AgentStore {
     db.pragma('busy_timeout = 5000');
     db.exec(SCHEMA);
     this.db = db;
+    // names this journal: its seq counts from 1 in a new store (docs/edge-protocol.md)
+    if (!this.getMeta('journal.id')) this.setMeta('journal.id', crypto.randomUUID());
+  }
+
+  /** The journal's id (made with the store; the central service orders events per journal). */
+  journalId(): string {
+    return this.getMeta('journal.id')!;
   }
 
   close(): void {
@@ -137,10 +170,58 @@ export class AgentStore {
 
   /** Appends an event (durable when this returns). */
   append(type: EdgeEventType, fields: Record<string, unknown>, at: Date): JournalRow {
-    const eventId = crypto.randomUUID();
-    const atIso = at.toISOString();
-    const r = this.d.prepare('INSERT INTO journal (event_id, type, at, fields) VALUES (?, ?, ?, ?)').run(eventId, type, atIso, JSON.stringify(fields));
-    return { seq: Number(r.lastInsertRowid), eventId, type, at: atIso, fields, sentAt: null };
+    return this.appendAll([{ type, fields, at }])[0]!;
+  }
+
+  /**
+   * Appends events, and optionally the lock states they leave and the open sessions after them,
+   * in ONE transaction: after a power cut either all of it is there or none (a door's close is
+   * never journalled without the drop-off it makes, nor the other way round).
+   */
+  appendAll(entries: JournalEntry[], extra: { locks?: LockStateRow[]; sessions?: Record<string, unknown> } = {}): JournalRow[] {
+    return this.d.transaction(() => {
+      const ins = this.d.prepare('INSERT INTO journal (event_id, type, at, fields) VALUES (?, ?, ?, ?)');
+      const rows: JournalRow[] = [];
+      for (const e of entries) {
+        const eventId = crypto.randomUUID();
+        const atIso = e.at.toISOString();
+        const r = ins.run(eventId, e.type, atIso, JSON.stringify(e.fields));
+        rows.push({ seq: Number(r.lastInsertRowid), eventId, type: e.type, at: atIso, fields: e.fields, sentAt: null });
+      }
+      if (extra.locks?.length) {
+        const up = this.d.prepare(
+          `INSERT INTO lock_state (bus, board, lock, door, item, at) VALUES (?, ?, ?, ?, ?, ?)
+           ON CONFLICT(bus, board, lock) DO UPDATE SET door = excluded.door, item = excluded.item, at = excluded.at`,
+        );
+        for (const l of extra.locks) up.run(l.bus, l.board, l.lock, l.door, l.item === null ? null : l.item ? 1 : 0, l.at);
+      }
+      if (extra.sessions) {
+        const seq = rows.length ? rows[rows.length - 1]!.seq : this.lastSeq();
+        this.setMeta('sessions', JSON.stringify({ seq, sessions: extra.sessions } satisfies SessionCheckpoint));
+      }
+      return rows;
+    })();
+  }
+
+  /** The open sessions as last checkpointed (null: none was ever written). */
+  sessionCheckpoint(): SessionCheckpoint | null {
+    const v = this.getMeta('sessions');
+    return v ? (JSON.parse(v) as SessionCheckpoint) : null;
+  }
+
+  /** Journal rows after `seq`, in order (for the session replay at start). */
+  rowsAfter(seq: number, limit = 100_000): JournalRow[] {
+    return (this.d.prepare('SELECT * FROM journal WHERE seq > ? ORDER BY seq LIMIT ?').all(seq, limit) as any[]).map(toRow);
+  }
+
+  /** Journal rows at or after a time, in order (the replay when no checkpoint was ever written). */
+  rowsSince(atIso: string): JournalRow[] {
+    return (this.d.prepare('SELECT * FROM journal WHERE at >= ? ORDER BY seq').all(atIso) as any[]).map(toRow);
+  }
+
+  /** The last journalled state of every lock. */
+  lockStates(): LockStateRow[] {
+    return (this.d.prepare('SELECT * FROM lock_state').all() as any[]).map((r) => ({ bus: r.bus, board: r.board, lock: r.lock, door: r.door, item: r.item === null ? null : r.item === 1, at: r.at }));
   }
 
   /** The oldest unsent event after `afterSeq` (in seq order). */
@@ -151,6 +232,11 @@ export class AgentStore {
 
   markSent(seq: number, at: Date): void {
     this.d.prepare('UPDATE journal SET sent_at = ? WHERE seq = ? AND sent_at IS NULL').run(at.toISOString(), seq);
+  }
+
+  /** Marks every event up to `seq` sent (the central service committed them); how many were unsent. */
+  markSentUpTo(seq: number, at: Date): number {
+    return this.d.prepare('UPDATE journal SET sent_at = ? WHERE seq <= ? AND sent_at IS NULL').run(at.toISOString(), seq).changes;
   }
 
   unsentCount(): number {

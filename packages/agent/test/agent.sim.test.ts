@@ -178,7 +178,7 @@ describe('agent + simulator + embedded broker', () => {
     const onFrame = (e: { dir: string; meaning: string }) => e.dir === 'rx' && e.meaning.startsWith('unlock') && rx.push(e.meaning);
     w.sim.on('frame', onFrame);
     expect(w.agent.healthy()).toBe(true);
-    const append = vi.spyOn(w.agent.store, 'append').mockImplementation(() => {
+    const append = vi.spyOn(w.agent.store, 'appendAll').mockImplementation(() => {
       throw new Error('SQLITE_READONLY: attempt to write a readonly database');
     });
     try {

@@ -46,7 +46,7 @@ export const BUS_TIMING = { pollMs: 40, replyTimeoutMs: 60, pulseMs: 300, jamWin
 export function agentConfig(dir: string, busPath: string, scannerPath: string, extra: Partial<AgentConfigInput> = {}, mqttUrl = 'mqtt://127.0.0.1:1'): AgentConfig {
   return AgentConfigSchema.parse({
     terminal: TERMINAL,
-    mqtt: { url: mqttUrl, reconnectMs: 100, connectTimeoutMs: 2000, statusIntervalSeconds: 60, syncRetrySeconds: 1 },
+    mqtt: { url: mqttUrl, reconnectMs: 100, reconnectMaxMs: 1000, connectTimeoutMs: 2000, statusIntervalSeconds: 60, syncRetrySeconds: 1 },
     buses: [{ name: 'bus0', port: `${busPath}?baud=19200`, dialect: 'kerong-cu16', boards: [{ address: 0 }, { address: 1 }], ...BUS_TIMING }],
     scanners: [{ name: 'scan0', port: scannerPath, suffix: '\r' }],
     store: { path: path.join(dir, 'agent.db') },
@@ -65,6 +65,10 @@ export class World {
   dir!: string;
   config!: AgentConfig;
   readonly received: Received[] = [];
+  /** acknowledge events as the central service would (down/eventAcks) */
+  ackEvents = true;
+  /** the seqs "stored" per journal (for the acknowledgements) */
+  readonly stored = new Map<string, Set<number>>();
 
   static async create(extra: Partial<AgentConfigInput> = {}, opts: { startAgent?: boolean } = {}): Promise<World> {
     const w = new World();
@@ -87,7 +91,23 @@ export class World {
     this.brokerPort = Number(new URL(this.broker.address()!).port);
     // plays the central's edge sync storing each event before its PUBACK (without a store the
     // broker refuses up/events: an event is never acknowledged unless something took it)
-    await this.broker.subscribe('locker/v1/t/+/up/events', () => undefined, { beforeAck: true });
+    // and acknowledging the journal as the central service does (down/eventAcks: every seq up to
+    // upTo stored), unless the test holds the acknowledgements back (ackEvents = false)
+    await this.broker.subscribe(
+      'locker/v1/t/+/up/events',
+      (topic, payload) => {
+        const body = JSON.parse(payload.toString('utf8'));
+        if (!this.ackEvents || typeof body.journalId !== 'string') return;
+        const seen = this.stored.get(body.journalId) ?? new Set<number>();
+        this.stored.set(body.journalId, seen);
+        seen.add(body.seq);
+        let upTo = 0;
+        while (seen.has(upTo + 1)) upTo++;
+        const terminal = parseEdgeTopic(topic)!.terminalId;
+        void this.broker.publish(`locker/v1/t/${terminal}/down/eventAcks`, JSON.stringify({ v: 1, journalId: body.journalId, upTo, at: new Date().toISOString() }), { qos: 1 }).catch(() => undefined);
+      },
+      { beforeAck: true },
+    );
     await this.broker.subscribe('locker/v1/t/+/up/#', (topic, payload) => {
       const p = parseEdgeTopic(topic);
       let body: any = null;
