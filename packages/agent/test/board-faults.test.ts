@@ -1,0 +1,93 @@
+// Unreadable boards do not lose the parcel (issue 11 part 2, docs/agent.md "What survives what"):
+// the agent with the real simulator on a pty and the embedded broker; a drop-off code is accepted,
+// and the moment the board takes the unlock it becomes unreadable (each fault kind); the door is
+// opened, the parcel put in and the door shut; when the board answers again the session ends by
+// what it shows: a dropOff, no jam. A drop-off given up under the same fault is no drop-off.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { SimBus } from '@locker/firmware-sim';
+import { World, codeEntry, waitFor } from './support/world';
+
+const FAULTS: { name: string; on: (sb: SimBus) => unknown; off: (sb: SimBus) => unknown }[] = [
+  { name: 'no reply', on: (sb) => sb.faults.set({ noReply: true }), off: (sb) => sb.faults.clear() },
+  { name: 'bad checksum on every reply', on: (sb) => sb.faults.set({ badChecksum: true }), off: (sb) => sb.faults.clear() },
+  { name: 'replies later than the driver waits', on: (sb) => sb.faults.set({ lateReplyMs: 200 }), off: (sb) => sb.faults.clear() },
+  { name: 'board off the bus', on: (sb) => sb.faults.set({ offlineBoards: [1] }), off: (sb) => sb.faults.clear() },
+  { name: 'serial port vanishes and comes back', on: (sb) => sb.unplug(), off: (sb) => sb.replug() },
+];
+
+describe('agent + simulator: a board unreadable during a door cycle', () => {
+  let w: World;
+  beforeAll(async () => {
+    w = await World.create();
+    const codes = FAULTS.flatMap((_, i) => [
+      codeEntry(`bf-drop-${i}`, 'DropOff', `QR-BF-DROP-${i}`, { board: 1, lock: i + 1 }),
+      codeEntry(`bf-give-${i}`, 'DropOff', `QR-BF-GIVE-${i}`, { board: 1, lock: i + 9 }),
+    ]);
+    await w.snapshot(codes, 1, 'epoch-bf');
+  });
+  afterAll(async () => {
+    await w?.close();
+  });
+
+  const sb = () => w.sim.bus('bus0');
+  /** presents the code; the fault goes on as soon as the board acted on the unlock */
+  async function unlockThenFault(code: string, lock: number, fault: (typeof FAULTS)[number]) {
+    let armed = true;
+    const onFrame = (e: { dir: string; meaning: string }) => {
+      if (!armed || e.dir !== 'rx' || !e.meaning.startsWith(`unlock board 1 lock ${lock}`)) return;
+      armed = false;
+      queueMicrotask(() => void fault.on(sb()));
+    };
+    w.sim.on('frame', onFrame);
+    try {
+      const r = await w.agent.presentCredential({ source: 'qr', value: code, reader: 'scan0' });
+      expect(r).toMatchObject({ accepted: true });
+      await waitFor(() => !armed, 'the board took the unlock', 8000);
+      // late replies are discarded, not counted as a dead board: give the polls time to fail
+      if (fault.name.includes('later')) await new Promise((r) => setTimeout(r, 500));
+      else await waitFor(() => w.agent.buses.bus('bus0').boardOnline(1) === false || fault.name.includes('port'), 'the board unreadable', 8000);
+    } finally {
+      w.sim.off('frame', onFrame);
+    }
+  }
+  const trail = (lock: number, from: number) =>
+    w
+      .events()
+      .filter((e) => e.seq > from && e.board === 1 && (e.lock === lock || e.lock === undefined))
+      .map((e) => e.type)
+      .filter((t) => ['doorOpened', 'doorClosed', 'itemPlaced', 'unlockUnobserved', 'jam', 'forcedOpen', 'dropOff', 'accessIncomplete'].includes(t));
+
+  it.each(FAULTS.map((f, i) => [f.name, f, i] as const))('%s: the drop-off is reported when the board answers again, no jam', async (_n, fault, i) => {
+    const lock = i + 1;
+    const from = w.events().at(-1)?.seq ?? 0;
+    await unlockThenFault(`QR-BF-DROP-${i}`, lock, fault);
+    const l = w.lock(1, lock);
+    if (!l.state.doorOpen) l.openDoor();
+    l.putItem();
+    l.closeDoor();
+    await fault.off(sb());
+    const drop = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'dropOff'), 'dropOff', 15_000);
+    expect(drop).toMatchObject({ shipmentUid: `ship-bf-drop-${i}`, codeId: `bf-drop-${i}`, board: 1, lock, item: true });
+    await new Promise((r) => setTimeout(r, 1800)); // past the jam window: nothing else comes
+    const t = trail(lock, from);
+    expect(t.filter((x) => x === 'dropOff')).toHaveLength(1);
+    expect(t).not.toContain('jam');
+    expect(t).not.toContain('forcedOpen');
+    expect(t).not.toContain('accessIncomplete');
+  });
+
+  it.each(FAULTS.map((f, i) => [f.name, f, i] as const))('%s: a drop-off given up (door shut empty) is no drop-off', async (_n, fault, i) => {
+    const lock = i + 9;
+    const from = w.events().at(-1)?.seq ?? 0;
+    await unlockThenFault(`QR-BF-GIVE-${i}`, lock, fault);
+    const l = w.lock(1, lock);
+    if (!l.state.doorOpen) l.openDoor();
+    l.closeDoor();
+    await fault.off(sb());
+    const end = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'accessIncomplete' && e.lock === lock), 'accessIncomplete', 15_000);
+    expect(['closed-empty', 'not-seen-open']).toContain(end.reason);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(trail(lock, from)).not.toContain('dropOff');
+    expect(trail(lock, from)).not.toContain('jam');
+  });
+});
