@@ -33,16 +33,18 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
   /** presents the code; the fault goes on as soon as the board acted on the unlock */
   async function unlockThenFault(code: string, lock: number, fault: (typeof FAULTS)[number]) {
     let armed = true;
+    let applied: Promise<unknown> = Promise.resolve();
     const onFrame = (e: { dir: string; meaning: string }) => {
       if (!armed || e.dir !== 'rx' || !e.meaning.startsWith(`unlock board 1 lock ${lock}`)) return;
       armed = false;
-      queueMicrotask(() => void fault.on(sb()));
+      applied = Promise.resolve().then(() => fault.on(sb()));
     };
     w.sim.on('frame', onFrame);
     try {
       const r = await w.agent.presentCredential({ source: 'qr', value: code, reader: 'scan0' });
       expect(r).toMatchObject({ accepted: true });
       await waitFor(() => !armed, 'the board took the unlock', 8000);
+      await applied; // an unplug is under way until this resolves: a replug before it would be lost
       // late replies are discarded, not counted as a dead board: give the polls time to fail
       if (fault.name.includes('later')) await new Promise((r) => setTimeout(r, 500));
       else await waitFor(() => w.agent.buses.bus('bus0').boardOnline(1) === false || fault.name.includes('port'), 'the board unreadable', 8000);
