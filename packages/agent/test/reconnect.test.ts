@@ -16,6 +16,7 @@ import { Aedes } from 'aedes';
 import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Agent } from '../src/agent';
+import { sleep, waitFor as worldWaitFor } from './support/world';
 import { AgentConfigSchema, type AgentConfigInput } from '../src/config';
 import { backoffCeiling, backoffDelay, describeFailure, MIN_RETRY_MS } from '../src/reconnect';
 import type { LinkState } from '../src/edge-link';
@@ -28,17 +29,7 @@ import { createLogger } from '../../central/src/logger';
 const TERMINAL = { id: 'term-rc1', secret: 'terminal-secret-rc1' };
 const BIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../bin/locker-agent.js');
 const silent = pino({ level: 'silent' });
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function waitFor<T>(fn: () => T | undefined | null | false, what: string, ms = 15_000): Promise<T> {
-  const start = Date.now();
-  for (;;) {
-    const v = fn();
-    if (v !== undefined && v !== null && v !== false) return v as T;
-    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
-    await sleep(15);
-  }
-}
+const waitFor = <T>(fn: () => T | undefined | null | false, what: string, ms = 15_000): Promise<T> => worldWaitFor(fn, what, ms);
 
 /** A real MQTT broker whose logins are decided by `decide` (a CONNACK code; 0 accepts, 'hang' never answers). */
 class ScriptedBroker {

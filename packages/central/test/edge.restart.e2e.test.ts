@@ -5,7 +5,6 @@
 // and the shipment must move to ReadyForPickup by exactly one door transition. A second case stops
 // the central service right after the first of several events was acknowledged.
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
@@ -18,20 +17,9 @@ import { CentralService } from '../src/service';
 import { createLogger } from '../src/logger';
 import { apiClient, createTestService, describeEngines, type TestService } from './support/harness';
 import { waitFor } from './support/wait';
+import { freePort } from './support/mosquitto';
 import { PUP_A1, testSite } from './support/fixtures';
 import { addUser, booking, codes, ok, stateOf, transitions, type Codes } from './shipments-helpers';
-
-/** A TCP port that is free now (taken and released at once); the broker listens on it every time. */
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => resolve());
-  });
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 describeEngines('edge sync across a central restart: central + agent + simulator', (engine) => {
   let first: TestService;

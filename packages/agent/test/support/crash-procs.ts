@@ -9,6 +9,9 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
+import { freePort } from '../../../central/test/support/mosquitto';
+
+export { freePort };
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
 export const CENTRAL_BIN = path.join(ROOT, 'packages/central/bin/locker-central.js');
@@ -33,16 +36,6 @@ export async function waitFor<T>(fn: () => T | undefined | null | false | Promis
   }
 }
 
-export async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => resolve());
-  });
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 /** Every child of the test, so that afterAll can kill whatever is still running. */
 export class Procs {

@@ -104,24 +104,18 @@ export async function startMosquitto(opts: { users?: [string, string][]; passwdF
     }
     throw new Error(`private mosquitto did not come up on ${url}: ${stderr}`);
   };
-  const stop = async () => {
+  /** SIGTERM: a clean stop (Mosquitto writes its persistence store); SIGKILL: a crash */
+  const halt = (signal: 'SIGTERM' | 'SIGKILL') => async () => {
     const p = proc;
     proc = null;
     if (!p || p.exitCode !== null) return;
     await new Promise<void>((resolve) => {
       p.once('exit', () => resolve());
-      p.kill('SIGTERM');
+      p.kill(signal);
     });
   };
-  const kill = async () => {
-    const p = proc;
-    proc = null;
-    if (!p || p.exitCode !== null) return;
-    await new Promise<void>((resolve) => {
-      p.once('exit', () => resolve());
-      p.kill('SIGKILL');
-    });
-  };
+  const stop = halt('SIGTERM');
+  const kill = halt('SIGKILL');
   await start();
   return {
     url,
