@@ -293,7 +293,8 @@ export class Agent {
       const input = journalInput(row.type, row.fields);
       if (input) sessions = sessionStep(sessions, input).sessions;
     }
-    this.sessions = sessions;
+    // nobody watched the doors while the agent was down
+    this.sessions = Object.fromEntries(Object.entries(sessions).map(([k, s]) => [k, { ...s, blind: true }]));
     this.restored = new Set(Object.keys(sessions));
     this.reconciled.clear();
     this.lockStates = new Map(this.store.lockStates().map((l) => [lockKey(l), l]));
@@ -389,9 +390,15 @@ export class Agent {
   private onBusEvent(type: (typeof BUS_EVENTS)[number], e: any): void {
     if (!this.running) return;
     const at = new Date(e.at);
-    if (type === 'boardOffline' || type === 'boardOnline') {
-      this.record(type, { bus: e.bus, board: e.board, ...(type === 'boardOffline' ? { error: e.error } : {}) }, at);
-      if (type === 'boardOnline') this.reconcileBoard(e.bus, e.board);
+    if (type === 'boardOffline') {
+      // the board's open sessions are no longer watched (session.ts: blind)
+      this.stepSessions({ kind: 'blindBoard', bus: e.bus, board: e.board }, [{ type, fields: { bus: e.bus, board: e.board, error: e.error }, at }], at);
+      this.statusSoon();
+      return;
+    }
+    if (type === 'boardOnline') {
+      this.record(type, { bus: e.bus, board: e.board }, at);
+      this.reconcileBoard(e.bus, e.board);
       this.statusSoon();
       return;
     }

@@ -30,6 +30,11 @@ export interface Session {
   itemAtStart?: boolean | null;
   /** when the code was accepted (ISO, terminal clock) */
   startedAt?: string;
+  /**
+   * the doors were not watched for part of the session (its board unreadable, the agent dead):
+   * an item sensor that never showed the item out may have missed it
+   */
+  blind?: boolean;
 }
 
 export type Sessions = Readonly<Record<string, Session>>;
@@ -49,7 +54,9 @@ export type SessionInput =
    */
   | { kind: 'unobserved'; at: LockRef; item: boolean | null }
   /** the unlock could not be sent: the session never began */
-  | { kind: 'abort'; at: LockRef };
+  | { kind: 'abort'; at: LockRef }
+  /** a board stopped answering (boardOffline): its sessions are no longer watched */
+  | { kind: 'blindBoard'; bus: string; board: number };
 
 export type IncompleteReason = 'closed-empty' | 'item-still-present' | 'door-did-not-open' | 'superseded' | 'not-seen-open' | 'abandoned';
 
@@ -94,11 +101,21 @@ export function closeOutcome(s: Session, item: boolean | null): SessionEffect[] 
     return [...(hasPick ? done(s, 'PickUp', item) : []), ...(hasDrop ? done(s, 'DropOff', item) : [])];
   }
   if (!item) return hasPick ? done(s, 'PickUp', item) : [incomplete(s, 'closed-empty')];
+  // a swap closed with an item in: the old parcel went out only if the sensor showed it out, or
+  // could have missed it; a watched door that never saw the item leave swapped nothing
+  if (hasDrop && hasPick && s.itemAtStart === true && !s.sawItemRemoved && !s.blind) return [incomplete(s, 'item-still-present')];
   if (hasDrop) return [...(hasPick ? done(s, 'PickUp', item) : []), ...done(s, 'DropOff', item)];
   return [incomplete(s, 'item-still-present')];
 }
 
 export function sessionStep(sessions: Sessions, input: SessionInput): { sessions: Sessions; effects: SessionEffect[]; session: Session | null } {
+  if (input.kind === 'blindBoard') {
+    const hit = Object.entries(sessions).filter(([, s]) => s.at.bus === input.bus && s.at.board === input.board && !s.blind);
+    if (!hit.length) return { sessions, effects: [], session: null };
+    const next: Record<string, Session> = { ...sessions };
+    for (const [k, s] of hit) next[k] = { ...s, blind: true };
+    return { sessions: next, effects: [], session: null };
+  }
   const key = input.kind === 'start' ? lockKey(input.session.at) : lockKey(input.at);
   const cur = sessions[key] ?? null;
   const without = () => {
@@ -127,7 +144,7 @@ export function sessionStep(sessions: Sessions, input: SessionInput): { sessions
       if (!cur) return { sessions, effects: [], session: null };
       // seen open before the gap, or the item moved since the code: the door opened and is closed
       const itemMoved = input.item !== null && cur.itemAtStart !== undefined && cur.itemAtStart !== null && input.item !== cur.itemAtStart;
-      if (cur.opened || itemMoved) return { sessions: without(), effects: closeOutcome(cur, input.item), session: cur };
+      if (cur.opened || itemMoved) return { sessions: without(), effects: closeOutcome({ ...cur, blind: true }, input.item), session: cur };
       // nothing shows the door ever opened: no drop-off or pick-up is invented
       return { sessions: without(), effects: [incomplete(cur, 'not-seen-open')], session: cur };
     }
@@ -153,6 +170,7 @@ export function expireSessions(sessions: Sessions, beforeIso: string): { session
 
 /** A journalled event as the session input it was (for the replay at start); null when it is none. */
 export function journalInput(type: string, f: Record<string, any>): SessionInput | null {
+  if (type === 'boardOffline' && typeof f.bus === 'string' && typeof f.board === 'number') return { kind: 'blindBoard', bus: f.bus, board: f.board };
   if (typeof f.bus !== 'string' || typeof f.board !== 'number' || typeof f.lock !== 'number') return null;
   const at: LockRef = { bus: f.bus, board: f.board, lock: f.lock };
   switch (type) {

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { hashCode, type CodeEntry } from '@locker/common';
 import { decideCodes } from '../src/codes';
-import { closeOutcome, sessionStep, type Session, type Sessions } from '../src/session';
+import { closeOutcome, journalInput, sessionStep, type Session, type Sessions } from '../src/session';
 import { AgentStore } from '../src/store';
 import { AgentConfigError, loadAgentConfig } from '../src/config';
 
@@ -64,6 +64,25 @@ describe('access sessions', () => {
       ['pickUp', 'ship-0'],
       ['dropOff', 'ship-1'],
     ]);
+  });
+  it('a swap whose watched door never showed the old parcel out swapped nothing: no pick-up or drop-off invented', () => {
+    const begin = sessionStep({}, { kind: 'start', session: { sessionId: 'sw', lockerUid: 'locker-3', at, codes: [drop, pick], itemAtStart: true } }).sessions;
+    const opened = sessionStep(begin, { kind: 'doorOpened', at }).sessions;
+    expect(sessionStep(opened, { kind: 'doorClosed', at, item: true }).effects.map((e) => [e.type, (e.fields as any).reason])).toEqual([['accessIncomplete', 'item-still-present']]);
+    // seen out, then a new one in: the swap
+    const out = sessionStep(opened, { kind: 'itemRemoved', at }).sessions;
+    expect(sessionStep(out, { kind: 'doorClosed', at, item: true }).effects.map((e) => e.type)).toEqual(['pickUp', 'dropOff']);
+    // its board went offline meanwhile: the sensor may have missed it, the codes decide
+    const blind = sessionStep(opened, { kind: 'blindBoard', bus: at.bus, board: at.board }).sessions;
+    expect(Object.values(blind)[0]!.blind).toBe(true);
+    expect(sessionStep(blind, { kind: 'doorClosed', at, item: true }).effects.map((e) => e.type)).toEqual(['pickUp', 'dropOff']);
+    // another board going offline changes nothing here
+    expect(sessionStep(opened, { kind: 'blindBoard', bus: at.bus, board: at.board + 1 }).sessions).toBe(opened);
+    // closed after a gap (the agent dead) with the door seen open before: the codes decide
+    expect(sessionStep(opened, { kind: 'unobserved', at, item: true }).effects.map((e) => e.type)).toEqual(['pickUp', 'dropOff']);
+  });
+  it('the replay maps a boardOffline to the blindness of that board', () => {
+    expect(journalInput('boardOffline', { bus: 'bus0', board: 2, error: 'NO_REPLY' })).toEqual({ kind: 'blindBoard', bus: 'bus0', board: 2 });
   });
   it('no item sensor: the code decides', () => {
     expect(closeOutcome({ sessionId: 's', lockerUid: 'l', at, codes: [drop], opened: true, sawItemRemoved: false }, null).map((e) => e.type)).toEqual(['dropOff']);
