@@ -2,9 +2,8 @@
 //   locker-agent run --config FILE     run the agent (systemd Type=notify: READY, WATCHDOG, STOPPING)
 //   locker-agent check-config --config FILE
 import { execFile } from 'node:child_process';
-import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
-import { systemdNotifier } from '@locker/common';
+import { parseCliArgs, systemdNotifier } from '@locker/common';
 import { AgentConfigError, loadAgentConfig, type AgentConfig } from './config';
 import { Agent, type AgentState } from './agent';
 import { createAgentLogger } from './logger';
@@ -61,6 +60,9 @@ function fail(msg: string): never {
 }
 
 function config(file: string | undefined): AgentConfig {
+  if (!file && !process.env.LOCKER_AGENT_CONFIG && !process.env.LOCKER_AGENT_TERMINAL_ID) {
+    fail('no configuration: pass --config FILE (the packaged one is /etc/locker/agent.yaml) or set LOCKER_AGENT_CONFIG; see --help');
+  }
   try {
     return loadAgentConfig({ file });
   } catch (e) {
@@ -70,7 +72,7 @@ function config(file: string | undefined): AgentConfig {
 }
 
 export async function main(argv: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { config: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const { values, positionals } = parseCliArgs({ args: argv, allowPositionals: true, options: { config: { type: 'string' }, help: { type: 'boolean', short: 'h' } } }, fail);
   const [cmd] = positionals;
   if (values.help || !cmd) {
     console.log(HELP);

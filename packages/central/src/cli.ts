@@ -2,7 +2,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { parseCliArgs } from '@locker/common';
 import { ConfigError, loadConfig, type Config } from './config';
 import { openDatabase } from './db/database';
 import { systemClock } from './clock';
@@ -93,7 +93,7 @@ export function mqttPasswd(file: string, out: string, opts: { central?: string; 
 }
 
 export async function main(argv: string[]) {
-  const { values, positionals } = parseArgs({
+  const { values, positionals } = parseCliArgs({
     args: argv,
     allowPositionals: true,
     options: {
@@ -107,7 +107,7 @@ export async function main(argv: string[]) {
       pup: { type: 'string' },
       json: { type: 'boolean' },
     },
-  });
+  }, fail);
   const [cmd, ...rest] = positionals;
   if (values.help || !cmd || cmd === 'help') {
     console.log(HELP);

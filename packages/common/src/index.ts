@@ -1,4 +1,5 @@
 // @locker/common: small pieces shared by the central service and the terminal agent.
 export { systemdNotifier, type Notifier } from './systemd';
 export * from './edge-protocol';
-export { createRedactor, pinoRedaction, SECRET_KEYS, PERSONAL_KEYS, TOP_LEVEL_ONLY_KEYS, CENSOR, type Redactor } from './redact';
+export { createRedactor, pinoRedaction, redactUrl, isSensitiveSegment, SECRET_KEYS, PERSONAL_KEYS, TOP_LEVEL_ONLY_KEYS, CENSOR, type Redactor } from './redact';
+export * from './cli';
