@@ -58,7 +58,7 @@ async function measureEngine(engine: 'sqlite' | 'postgres'): Promise<Row[]> {
   const pgSchema = engine === 'postgres' ? `bench_${crypto.randomBytes(5).toString('hex')}` : undefined;
   const config = loadConfig({
     env: {},
-    overrides: { database: { url: engine === 'sqlite' ? path.join(dir, 'bench.db') : PG_URL }, http: { host: '127.0.0.1', port: 0 }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging' },
+    overrides: { database: { url: engine === 'sqlite' ? path.join(dir, 'bench.db') : PG_URL }, http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging' },
   });
   const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
   const ctx = await svc.start();

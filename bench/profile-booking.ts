@@ -34,7 +34,7 @@ const seconds = Number(process.env.BENCH_PROFILE_SECONDS ?? 5);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-profile-'));
 const config = loadConfig({
   env: {},
-  overrides: { database: { url: path.join(dir, 'central.db'), sqliteSynchronous: 'FULL' }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0 } },
+  overrides: { database: { url: path.join(dir, 'central.db'), sqliteSynchronous: 'FULL' }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 } },
 });
 const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), startWorkers: false });
 const ctx = await svc.start();

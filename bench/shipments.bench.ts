@@ -159,7 +159,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
   }
   const config = loadConfig({
     env: {},
-    overrides: { database: { url: dbUrl, poolSize: 16, sqliteSynchronous: 'FULL' }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0 } },
+    overrides: { database: { url: dbUrl, poolSize: 16, sqliteSynchronous: 'FULL' }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 } },
   });
   const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
   const ctx = await svc.start();

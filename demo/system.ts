@@ -91,6 +91,9 @@ export async function startDemo(opts: DemoOptions = {}): Promise<DemoSystem> {
   // ---- configuration: the central service's (file < LOCKER_* < the demo's staging default)
   const config = loadConfig({ env: centralEnv(env), overrides: env.LOCKER_ENVIRONMENT ? {} : { environment: 'staging' } });
   if (config.database.url === './data/locker.db') config.database.url = path.join(dataDir, 'locker.db');
+  // one machine, a developer's own receiver on localhost: the demo lets callbacks reach private
+  // addresses unless told otherwise (production keeps callbacks.allowPrivateNetworks off: docs/callbacks.md)
+  if (env.LOCKER_CALLBACKS_ALLOW_PRIVATE_NETWORKS === undefined) config.callbacks.allowPrivateNetworks = true;
   let httpPortNote: string | null = null;
   if (!env.LOCKER_HTTP_PORT && config.http.port !== 0 && !(await portFree(config.http.host, config.http.port))) {
     httpPortNote = `port ${config.http.port} is in use, so the API took a free port (LOCKER_HTTP_PORT sets one)`;

@@ -35,6 +35,31 @@ const OpenBody = z.object({
 
 const digest = (s: string) => crypto.createHash('sha256').update(s, 'utf8').digest();
 
+/**
+ * The page's security headers. Its one inline script and one inline style are allowed by their
+ * SHA-256 hashes (computed from PAGE, so an edit of the page keeps them right), nothing else: no
+ * other script or style, no plugins, no framing (clickjacking of the technician's Open button), no
+ * form posts elsewhere, fetch to this origin only; no MIME sniffing, no referrer.
+ */
+function securityHeaders(): Record<string, string> {
+  if (!cachedHeaders) {
+    const hash = (tag: 'script' | 'style') => {
+      const m = new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`).exec(PAGE);
+      return m ? `'sha256-${crypto.createHash('sha256').update(m[1]!, 'utf8').digest('base64')}'` : "'none'";
+    };
+    cachedHeaders = {
+      'content-security-policy': `default-src 'none'; script-src ${hash('script')}; script-src-attr 'none'; style-src ${hash('style')}; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
+      'x-content-type-options': 'nosniff',
+      'x-frame-options': 'DENY',
+      'referrer-policy': 'no-referrer',
+      'cross-origin-opener-policy': 'same-origin',
+      'cross-origin-resource-policy': 'same-origin',
+    };
+  }
+  return cachedHeaders;
+}
+let cachedHeaders: Record<string, string> | undefined;
+
 export class DiagnosticsError extends Error {
   constructor(
     readonly code: 'DIAGNOSTICS_UNPROTECTED',
@@ -94,6 +119,10 @@ export class DiagnosticsServer {
       );
     }
     const app = Fastify({ logger: false, bodyLimit: 4096 });
+    // Security headers on every answer (issue 12): see SECURITY_HEADERS below.
+    app.addHook('onSend', async (_req, reply) => {
+      reply.headers(securityHeaders());
+    });
     // Reading the page from the network needs the technician password (HTTP Basic).
     app.addHook('onRequest', async (req, reply) => {
       if (req.method !== 'GET' || isLoopbackAddress(req.socket.remoteAddress)) return;

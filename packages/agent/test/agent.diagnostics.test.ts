@@ -27,6 +27,37 @@ d(`diagnostics page in headless Chromium${fs.existsSync(CHROMIUM) ? '' : ' (SKIP
     await w?.close();
   });
 
+  it('sends security headers (CSP with hashes of its inline script and style); the page runs under them with no violation', async () => {
+    const page = await browser.newPage();
+    const violations: string[] = [];
+    page.on('console', (m) => {
+      if (/Content Security Policy|Refused to/i.test(m.text())) violations.push(m.text());
+    });
+    await page.addInitScript(() => {
+      document.addEventListener('securitypolicyviolation', (e) => console.error(`Refused to (CSP violation) ${e.violatedDirective} ${e.blockedURI}`));
+    });
+    const res = await page.goto(w.agent.diagnostics!.address!);
+    const h = res!.headers();
+    const csp = h['content-security-policy'] ?? '';
+    expect(csp).toContain("default-src 'none'");
+    expect(csp).toMatch(/script-src 'sha256-[A-Za-z0-9+/=]+'/);
+    expect(csp).toMatch(/style-src 'sha256-[A-Za-z0-9+/=]+'/);
+    expect(csp).toContain("frame-ancestors 'none'");
+    expect(csp).not.toContain('unsafe-inline');
+    expect(h['x-content-type-options']).toBe('nosniff');
+    expect(h['x-frame-options']).toBe('DENY');
+    expect(h['referrer-policy']).toBe('no-referrer');
+    expect(h['x-powered-by']).toBeUndefined();
+    // the script ran (it fills the terminal id from /api/state) and the style applied
+    await expect.poll(() => page.locator('#terminal').textContent()).toBe('term-a1');
+    expect(await page.evaluate(() => getComputedStyle(document.body).backgroundColor)).toBe('rgb(246, 247, 249)');
+    // the JSON answers carry the headers too
+    const api = await fetch(`${w.agent.diagnostics!.address!}/api/state`);
+    expect(api.headers.get('x-content-type-options')).toBe('nosniff');
+    expect(violations).toEqual([]);
+    await page.close();
+  });
+
   it('shows lock states, and opens a lock for the technician with the right password only', async () => {
     w.lock(0, 2).putItem();
     w.lock(1, 1).openDoor();

@@ -4,6 +4,7 @@ import http from 'node:http';
 import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import formbody from '@fastify/formbody';
+import helmet from '@fastify/helmet';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
@@ -11,6 +12,7 @@ import { jsonSchemaTransform, serializerCompiler, validatorCompiler, hasZodFasti
 import type { AppContext } from './context';
 import { ApiError } from './errors';
 import { PrincipalCache } from './auth/principal';
+import { TokenGuard } from './auth/token-guard';
 import { tokenRoutes } from './api/token';
 import { pickupPointRoutes } from './api/pickup-points';
 import { accountRoutes } from './api/accounts';
@@ -18,6 +20,7 @@ import { logisticsRoutes } from './api/logistics';
 import { platformRoutes } from './api/platform';
 import { idempotencyPlugin } from './http/idempotency';
 import { findNul } from './nul';
+import { redactUrl } from '@locker/common';
 
 function envelopeError(reply: FastifyReply, status: number, code: string, message: string) {
   return reply.code(status).type('application/json; charset=utf-8').send({ success: false, error: code, message });
@@ -36,6 +39,36 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
 
   await app.register(formbody);
 
+  // Security headers on every answer, the docs page (/docs, Swagger UI) above all: a CSP that
+  // allows only the page's own scripts and styles (Swagger UI has no inline script), no framing,
+  // no MIME sniffing, no referrer. No upgrade-insecure-requests: the service may be reached over
+  // plain HTTP on a private network (TLS ends at the proxy), where upgrading would break the page.
+  await app.register(helmet, {
+    global: true,
+    contentSecurityPolicy: {
+      useDefaults: false,
+      directives: {
+        defaultSrc: ["'self'"],
+        baseUri: ["'self'"],
+        connectSrc: ["'self'"],
+        fontSrc: ["'self'", 'data:'],
+        formAction: ["'self'"],
+        frameAncestors: ["'none'"],
+        imgSrc: ["'self'", 'data:'],
+        objectSrc: ["'none'"],
+        scriptSrc: ["'self'"],
+        scriptSrcAttr: ["'none'"],
+        // Swagger UI's bundle adds one <style> element of its own: allowed by its hash (test/http-envelope.test.ts
+        // opens the page in Chromium and fails on any CSP violation, e.g. after a Swagger UI upgrade)
+        styleSrc: ["'self'", "'sha256-RL3ie0nH+Lzz2YNqQN83mnU0J1ot4QL7b99vMdIX99w='"],
+      },
+    },
+    frameguard: { action: 'deny' },
+    referrerPolicy: { policy: 'no-referrer' },
+    // HSTS is the TLS-terminating proxy's to send; over plain HTTP browsers ignore it anyway
+    strictTransportSecurity: false,
+  });
+
   await app.register(swagger, {
     openapi: {
       openapi: '3.0.3',
@@ -50,9 +83,16 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
-  if (ctx.config.http.rateLimitPerMinute > 0) {
+  const tokenGuard = new TokenGuard(ctx.config, ctx.clock);
+  app.decorate('tokenGuard', tokenGuard);
+
+  const { rateLimitPerMinute: perTenant, unauthenticatedRateLimitPerMinute: perAddress } = ctx.config.http;
+  if (perTenant > 0 || perAddress > 0) {
     await app.register(rateLimit, {
-      max: ctx.config.http.rateLimitPerMinute,
+      // http.rateLimitPerMinute per tenant, http.unauthenticatedRateLimitPerMinute per address
+      max: (_req, key) => (key.startsWith('client:') ? perTenant : perAddress),
+      // a budget that is 0 is off
+      allowList: (_req, key) => (key.startsWith('client:') ? perTenant === 0 : perAddress === 0),
       timeWindow: 60_000,
       // One budget per tenant, however many tokens it holds; a request without a valid token
       // (such as /connect/token) counts against its IP address. req.ip honours X-Forwarded-For
@@ -70,10 +110,12 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
     });
   }
 
-  // One log line per request, with its id; never bodies, never the Authorization header.
+  // One log line per request, with its id; never bodies, never the Authorization header. The path
+  // is the route's pattern, or for an unknown route the path as sent with e-mail-like and
+  // code-like segments redacted (a mistyped URL may carry an address or a PIN); no query string.
   app.addHook('onResponse', async (req, reply) => {
     req.log.info(
-      { ns: 'central.http', method: req.method, path: req.routeOptions.url ?? req.url.split('?')[0], status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, tenant: req.tenant?.clientId },
+      { ns: 'central.http', method: req.method, path: req.routeOptions.url ?? redactUrl(req.url.split('?')[0]!), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, tenant: req.tenant?.clientId },
       'request',
     );
   });
@@ -92,6 +134,31 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
     const p = await principals.get(claims.sub);
     if (!p) throw new ApiError('Unauthorized', 'the token belongs to no known client', 401);
     req.tenant = p;
+  });
+
+  // Strict content types: a call with a JSON body (route config bodyType 'json', http/route.ts and
+  // accounts/route.ts) takes application/json only; a form-encoded or text body is refused before
+  // it is parsed (only /connect/token takes forms, UploadAccountSuggestions multipart).
+  app.addHook('preParsing', async (req) => {
+    if (req.routeOptions.config?.bodyType !== 'json') return;
+    const ct = req.headers['content-type'];
+    if (ct === undefined) return; // no body: the body schema answers (request body: ...)
+    const type = ct.split(';')[0]!.trim().toLowerCase();
+    if (type !== 'application/json') throw new ApiError('InvalidRequest', `unsupported Content-Type ${ct.slice(0, 100)}: this call takes a JSON body, send Content-Type: application/json`, 400);
+    const enc = req.headers['content-encoding'];
+    if (enc !== undefined && enc.trim().toLowerCase() !== 'identity') throw new ApiError('InvalidRequest', `unsupported Content-Encoding ${enc.slice(0, 100)}: send the JSON body uncompressed`, 400);
+  });
+
+  // While the service shuts down, requests still arriving on open connections are answered 503
+  // with the envelope (fastify's own 503 has another body: return503OnClosing is off in buildApp).
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onRequest', async (_req, reply) => {
+    if (!closing) return;
+    reply.header('connection', 'close');
+    return envelopeError(reply, 503, 'InternalError', 'the service is shutting down; retry');
   });
 
   // PostgreSQL text cannot hold U+0000 (the query fails with a 500), so a NUL anywhere in the
@@ -123,9 +190,11 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
     }
     if (err.statusCode === 429) return envelopeError(reply.header('retry-after', '60'), 429, 'RateLimited', err.message);
     if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
-      // Malformed JSON, unsupported media type, empty body and the like.
+      // Malformed JSON, unsupported media type, empty body and the like: 400. Other client errors
+      // of the framework and its plugins keep their status (416 of a docs file's Range, ...).
       const msg = err.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE' ? `unsupported Content-Type ${req.headers['content-type'] ?? '(none)'}: send application/json` : `malformed request: ${err.message}`;
-      return envelopeError(reply, 400, 'InvalidRequest', msg);
+      const status = err.statusCode === 415 || err.statusCode === 400 || !http.STATUS_CODES[err.statusCode] ? 400 : err.statusCode;
+      return envelopeError(reply, status, 'InvalidRequest', msg);
     }
     if (err.code === 'FST_ERR_RESPONSE_SERIALIZATION' || (err as any).name === 'ResponseSerializationError') {
       req.log.error({ ns: 'central.http', err: { message: err.message, code: err.code } }, 'response failed its schema');
@@ -137,7 +206,7 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
 
   await idempotencyPlugin(app, ctx);
 
-  await app.register(async (scope) => tokenRoutes(scope, ctx));
+  await app.register(async (scope) => tokenRoutes(scope, ctx, tokenGuard));
   await app.register(async (scope) => pickupPointRoutes(scope, ctx));
   await app.register(async (scope) => accountRoutes(scope, ctx));
   await app.register(async (scope) => logisticsRoutes(scope, ctx));
@@ -149,6 +218,8 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
 declare module 'fastify' {
   interface FastifyInstance {
     principals: PrincipalCache;
+    /** /connect/token: failed-login throttling and the bounded secret verifier */
+    tokenGuard: TokenGuard;
   }
 }
 
@@ -213,7 +284,14 @@ export async function buildApp(ctx: AppContext, opts: BuildAppOptions = {}): Pro
       return typeof given === 'string' && /^[A-Za-z0-9._-]{1,64}$/.test(given) ? given : crypto.randomUUID();
     },
     trustProxy: ctx.config.http.trustProxy,
+    return503OnClosing: false,
     ajv: { customOptions: { coerceTypes: false } },
+  });
+  // An Expect header other than 100-continue: Node answers a bare 417 unless someone listens
+  app.server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const body = JSON.stringify({ success: false, error: 'InvalidRequest', message: `unsupported Expect header ${String(req.headers.expect ?? '').slice(0, 100)}: only 100-continue is supported` });
+    res.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), 'x-content-type-options': 'nosniff' });
+    res.end(body);
   });
   await app.register(centralPlugin, { ctx });
   await app.ready();

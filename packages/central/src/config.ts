@@ -15,7 +15,11 @@ export const ConfigSchema = z
         port: z.coerce.number().int().min(0).max(65535).default(8080),
         bodyLimitBytes: z.coerce.number().int().positive().default(1_048_576),
         uploadLimitBytes: z.coerce.number().int().positive().default(5 * 1_048_576),
-        rateLimitPerMinute: z.coerce.number().int().min(0).default(0),
+        // requests per minute per tenant (calls with a valid bearer token), per instance; 0: off
+        rateLimitPerMinute: z.coerce.number().int().min(0).default(1200),
+        // requests per minute per client address without a valid token (/connect/token, /health,
+        // /docs), per instance; 0: off
+        unauthenticatedRateLimitPerMinute: z.coerce.number().int().min(0).default(300),
         // Trust X-Forwarded-For / X-Forwarded-Proto (the client address of rate limiting and
         // logs). Only behind a reverse proxy that sets them; otherwise any client could spoof them.
         trustProxy: z.boolean().default(false),
@@ -48,6 +52,12 @@ export const ConfigSchema = z
         // HMAC key for access tokens; generated and stored in the database when absent, so
         // several central instances sharing one database accept each other's tokens.
         tokenSigningKey: z.string().min(32).optional(),
+        // client secret checks (scrypt, on the thread pool) running at once per instance, and how
+        // many more may wait; beyond that /connect/token answers 503 at once, without scrypt
+        verifyConcurrency: z.coerce.number().int().min(1).max(64).default(2),
+        verifyQueueLimit: z.coerce.number().int().min(0).default(16),
+        // a client secret that verified is accepted again without scrypt for this long (0: never)
+        verifiedSecretCacheSeconds: z.coerce.number().int().min(0).max(3600).default(60),
       })
       .strict()
       .prefault({}),
@@ -77,6 +87,9 @@ export const ConfigSchema = z
         retentionDays: z.coerce.number().min(0).default(7),
         // messages delivered at the same time (each to a different shipment) per central instance
         concurrency: z.coerce.number().int().min(1).max(256).default(8),
+        // callback URLs may point to loopback, RFC 1918, CGNAT and unique-local addresses (on-premises
+        // receivers); link-local, cloud metadata and other special addresses stay refused (docs/callbacks.md)
+        allowPrivateNetworks: z.boolean().default(false),
       })
       .strict()
       .prefault({}),
@@ -133,6 +146,25 @@ export const ConfigSchema = z
         maxErrorLogs: z.coerce.number().int().min(0).default(1000),
         // a workbook (.xlsx, .xls) is read in a worker thread; one that takes longer is InvalidRequest
         parseTimeoutMs: z.coerce.number().int().positive().default(10_000),
+      })
+      .strict()
+      .prefault({}),
+    // Brute-force throttling (docs/api.md, "Throttling and limits"); a max of 0 turns that one off.
+    throttle: z
+      .object({
+        // /connect/token, in memory per instance: failed secrets per client id from one address,
+        // and per address across client ids, within the window; then a block that doubles each time
+        tokenMaxFailuresPerClient: z.coerce.number().int().min(0).default(5),
+        tokenMaxFailuresPerAddress: z.coerce.number().int().min(0).default(20),
+        tokenFailureWindowSeconds: z.coerce.number().int().positive().default(900),
+        tokenBlockSeconds: z.coerce.number().int().positive().default(60),
+        tokenMaxBlockSeconds: z.coerce.number().int().positive().default(3600),
+        // wrong PINs of UnlockShipmentLocker and SimulateLockerAccess (in the database: shared by
+        // all instances), per tenant and locker, per tenant and pick up point, per tenant
+        pinMaxFailuresPerLocker: z.coerce.number().int().min(0).default(10),
+        pinMaxFailuresPerPup: z.coerce.number().int().min(0).default(30),
+        pinMaxFailuresPerTenant: z.coerce.number().int().min(0).default(100),
+        pinFailureWindowSeconds: z.coerce.number().int().positive().default(900),
       })
       .strict()
       .prefault({}),
@@ -204,6 +236,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_HTTP_BODY_LIMIT_BYTES: ['http', 'bodyLimitBytes'],
   LOCKER_HTTP_UPLOAD_LIMIT_BYTES: ['http', 'uploadLimitBytes'],
   LOCKER_HTTP_RATE_LIMIT_PER_MINUTE: ['http', 'rateLimitPerMinute'],
+  LOCKER_HTTP_UNAUTHENTICATED_RATE_LIMIT_PER_MINUTE: ['http', 'unauthenticatedRateLimitPerMinute'],
   LOCKER_HTTP_TRUST_PROXY: ['http', 'trustProxy'],
   LOCKER_HTTP_REQUEST_TIMEOUT_MS: ['http', 'requestTimeoutMs'],
   LOCKER_HTTP_PUBLIC_BASE_URL: ['http', 'publicBaseUrl'],
@@ -213,6 +246,18 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_DATABASE_PG_PREPARED_STATEMENTS: ['database', 'pgPreparedStatements'],
   LOCKER_AUTH_TOKEN_LIFETIME_SECONDS: ['auth', 'tokenLifetimeSeconds'],
   LOCKER_AUTH_TOKEN_SIGNING_KEY: ['auth', 'tokenSigningKey'],
+  LOCKER_AUTH_VERIFY_CONCURRENCY: ['auth', 'verifyConcurrency'],
+  LOCKER_AUTH_VERIFY_QUEUE_LIMIT: ['auth', 'verifyQueueLimit'],
+  LOCKER_AUTH_VERIFIED_SECRET_CACHE_SECONDS: ['auth', 'verifiedSecretCacheSeconds'],
+  LOCKER_THROTTLE_TOKEN_MAX_FAILURES_PER_CLIENT: ['throttle', 'tokenMaxFailuresPerClient'],
+  LOCKER_THROTTLE_TOKEN_MAX_FAILURES_PER_ADDRESS: ['throttle', 'tokenMaxFailuresPerAddress'],
+  LOCKER_THROTTLE_TOKEN_FAILURE_WINDOW_SECONDS: ['throttle', 'tokenFailureWindowSeconds'],
+  LOCKER_THROTTLE_TOKEN_BLOCK_SECONDS: ['throttle', 'tokenBlockSeconds'],
+  LOCKER_THROTTLE_TOKEN_MAX_BLOCK_SECONDS: ['throttle', 'tokenMaxBlockSeconds'],
+  LOCKER_THROTTLE_PIN_MAX_FAILURES_PER_LOCKER: ['throttle', 'pinMaxFailuresPerLocker'],
+  LOCKER_THROTTLE_PIN_MAX_FAILURES_PER_PUP: ['throttle', 'pinMaxFailuresPerPup'],
+  LOCKER_THROTTLE_PIN_MAX_FAILURES_PER_TENANT: ['throttle', 'pinMaxFailuresPerTenant'],
+  LOCKER_THROTTLE_PIN_FAILURE_WINDOW_SECONDS: ['throttle', 'pinFailureWindowSeconds'],
   LOCKER_LOG_LEVEL: ['log', 'level'],
   LOCKER_LOG_PRETTY: ['log', 'pretty'],
   LOCKER_SHIPMENTS_DROP_OFF_DEADLINE_HOURS: ['shipments', 'dropOffDeadlineHours'],
@@ -224,6 +269,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_CALLBACKS_REQUEST_TIMEOUT_MS: ['callbacks', 'requestTimeoutMs'],
   LOCKER_CALLBACKS_POLL_INTERVAL_MS: ['callbacks', 'pollIntervalMs'],
   LOCKER_CALLBACKS_CONCURRENCY: ['callbacks', 'concurrency'],
+  LOCKER_CALLBACKS_ALLOW_PRIVATE_NETWORKS: ['callbacks', 'allowPrivateNetworks'],
   LOCKER_IDEMPOTENCY_TTL_HOURS: ['idempotency', 'ttlHours'],
   LOCKER_IDEMPOTENCY_WAIT_MS: ['idempotency', 'waitMs'],
   LOCKER_IDEMPOTENCY_LOCK_SECONDS: ['idempotency', 'lockSeconds'],

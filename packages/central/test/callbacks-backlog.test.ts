@@ -22,7 +22,7 @@ describeEngines('callback backlog behind failing heads', (engine) => {
   let w: CallbackDeliveryWorker;
 
   beforeAll(async () => {
-    t = await createTestService(engine, { config: { callbacks: { pollIntervalMs: 20, initialBackoffMs: 1000, maxBackoffMs: 60_000, requestTimeoutMs: 5_000 } } });
+    t = await createTestService(engine, { config: { callbacks: { allowPrivateNetworks: true, pollIntervalMs: 20, initialBackoffMs: 1000, maxBackoffMs: 60_000, requestTimeoutMs: 5_000 } } });
     tenant = (await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).uid;
     rx = new CallbackReceiver();
     await rx.start();

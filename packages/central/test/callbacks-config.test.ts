@@ -2,6 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { testSite, TENANT_A } from './support/fixtures';
 import { decideCallbackChange } from '../src/callbacks/registration';
+import { setResolver } from '../src/net/resolve';
+
+// ConfigureCallback resolves the callback host (docs/callbacks.md, "Allowed targets"); the names
+// of these tests (*.example.test) resolve, without real DNS, to a public address.
+const publicResolver = async () => ['93.184.215.14'];
 
 const PATH = '/v1/Platform/ConfigureCallback';
 
@@ -9,6 +14,7 @@ describeEngines('ConfigureCallback', (engine) => {
   let t: TestService;
   beforeAll(async () => {
     t = await createTestService(engine);
+    setResolver(t.ctx, publicResolver);
   });
   afterAll(async () => t?.close());
 
@@ -140,6 +146,7 @@ describeEngines('ConfigureCallback, concurrent first calls', (engine) => {
   let t: TestService;
   beforeAll(async () => {
     t = await createTestService(engine);
+    setResolver(t.ctx, publicResolver);
   });
   afterAll(async () => t?.close());
 
@@ -170,6 +177,7 @@ describeEngines('callback provisioning', (engine) => {
   let t: TestService;
   beforeAll(async () => {
     t = await createTestService(engine);
+    setResolver(t.ctx, publicResolver);
   });
   afterAll(async () => t?.close());
 

@@ -108,7 +108,7 @@ describeEngines('callback delivery', (engine) => {
   let schema: string | null;
 
   beforeAll(async () => {
-    t = await createTestService(engine, { config: { callbacks: { pollIntervalMs: 20, initialBackoffMs: 1000, maxBackoffMs: 60_000, requestTimeoutMs: 5_000 } } });
+    t = await createTestService(engine, { config: { callbacks: { allowPrivateNetworks: true, pollIntervalMs: 20, initialBackoffMs: 1000, maxBackoffMs: 60_000, requestTimeoutMs: 5_000 } } });
     tenant = await tenantUid(t.ctx);
     schema = await storeSchema(t.ctx);
   });
@@ -392,7 +392,7 @@ describeEngines('callback request timeout', (engine) => {
   let t: TestService;
   let rx: CallbackReceiver;
   beforeAll(async () => {
-    t = await createTestService(engine, { config: { callbacks: { pollIntervalMs: 20, requestTimeoutMs: 300 } } });
+    t = await createTestService(engine, { config: { callbacks: { allowPrivateNetworks: true, pollIntervalMs: 20, requestTimeoutMs: 300 } } });
     rx = new CallbackReceiver();
     await rx.start();
   });
@@ -424,7 +424,7 @@ describeEngines('callback logging', (engine) => {
   let t: TestService;
   let rx: CallbackReceiver;
   beforeAll(async () => {
-    t = await createTestService(engine, { config: { callbacks: { pollIntervalMs: 20 } } });
+    t = await createTestService(engine, { config: { callbacks: { allowPrivateNetworks: true, pollIntervalMs: 20 } } });
     rx = new CallbackReceiver();
     await rx.start();
   });

@@ -33,7 +33,7 @@ describeEngines('callbacks end to end', (engine) => {
   let authKey: string;
 
   beforeAll(async () => {
-    t = await createTestService(engine, { config: { callbacks: { pollIntervalMs: 20 } } });
+    t = await createTestService(engine, { config: { callbacks: { allowPrivateNetworks: true, pollIntervalMs: 20 } } });
     rx = new CallbackReceiver();
     await rx.start();
     authKey = (await ok(t.post('/v1/Platform/ConfigureCallback', { url: rx.url, authType: 'HMAC' }))).authKey;

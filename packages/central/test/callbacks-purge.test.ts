@@ -10,7 +10,7 @@ describeEngines('callback outbox purge', (engine) => {
   let t: TestService;
   let tenantUid: string;
   beforeAll(async () => {
-    t = await createTestService(engine, { config: { callbacks: { retentionDays: 7 } } });
+    t = await createTestService(engine, { config: { callbacks: { allowPrivateNetworks: true, retentionDays: 7 } } });
     tenantUid = (await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).uid;
     // a callback URL, so messages are queued as pending (no worker runs here, nothing is sent)
     const r = await t.post('/v1/Platform/ConfigureCallback', { url: 'http://127.0.0.1:9/callback', authType: 'HMAC' });

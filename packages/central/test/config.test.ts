@@ -42,7 +42,8 @@ describe('configuration', () => {
   it('has defaults for everything', () => {
     const c = loadConfig({ env: {} });
     expect(c.environment).toBe('production');
-    expect(c.http).toMatchObject({ host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, rateLimitPerMinute: 0, trustProxy: false });
+    expect(c.http).toMatchObject({ host: '127.0.0.1', port: 8080, bodyLimitBytes: 1_048_576, rateLimitPerMinute: 1200, unauthenticatedRateLimitPerMinute: 300, trustProxy: false });
+    expect(c.throttle).toMatchObject({ tokenMaxFailuresPerClient: 5, tokenMaxFailuresPerAddress: 20, pinMaxFailuresPerLocker: 10, pinMaxFailuresPerPup: 30, pinMaxFailuresPerTenant: 100 });
     expect(c.database).toMatchObject({ url: './data/locker.db', sqliteSynchronous: 'FULL', poolSize: 10 });
     expect(c.auth.tokenLifetimeSeconds).toBe(3600);
     expect(c.auth.tokenSigningKey).toBeUndefined();

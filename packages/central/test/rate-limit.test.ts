@@ -24,7 +24,7 @@ function tokenRequest(t: TestService, forwardedFor?: string) {
 describe('rate limiting keys (trustProxy off, the default)', () => {
   let t: TestService;
   beforeAll(async () => {
-    t = await createTestService('sqlite', { config: { http: { rateLimitPerMinute: LIMIT } } });
+    t = await createTestService('sqlite', { config: { http: { rateLimitPerMinute: LIMIT, unauthenticatedRateLimitPerMinute: LIMIT } } });
   });
   afterAll(async () => t?.close());
 
@@ -50,7 +50,7 @@ describe('rate limiting keys (trustProxy off, the default)', () => {
 describe('rate limiting keys with http.trustProxy true', () => {
   let t: TestService;
   beforeAll(async () => {
-    t = await createTestService('sqlite', { config: { http: { rateLimitPerMinute: LIMIT, trustProxy: true } } });
+    t = await createTestService('sqlite', { config: { http: { rateLimitPerMinute: LIMIT, unauthenticatedRateLimitPerMinute: LIMIT, trustProxy: true } } });
   });
   afterAll(async () => t?.close());
 

@@ -102,3 +102,79 @@ export function pinoRedaction(
     redact: { paths: [...new Set([...keys, ...topLevelOnly].flatMap((k) => [k, k.toLowerCase()]))].map(asPath), censor: CENSOR },
   };
 }
+
+// --- URLs, paths and query strings ------------------------------------------------------------
+//
+// A request path is chosen by the client: a mistyped URL can carry an e-mail address
+// (/v1/Account/someone%40example.com), a PIN or a token. redactUrl keeps what an operator needs
+// (the scheme and host of an absolute URL, the route's words, the query's keys) and replaces:
+// - every query value (whatever it holds), and a query key that looks like data (rules below);
+// - the user:password@ part of an absolute URL;
+// - a path segment that, percent-decoded, holds an `@` (e-mail-like), white space, punctuation or
+//   non-ASCII letters (free text such as "Anna de Vries"), a run of 4 or more digits (PINs, phone
+//   numbers, codes), or is token-like: 16 or more token characters mixing letters and digits, or 40
+//   or more token characters of any kind (our route names are letters only and shorter). A single
+//   plain word (a bare first name) cannot be told from a route word and stays.
+
+const DIGIT_RUN = /\d{4,}/;
+const TOKEN_CHARS = /^[A-Za-z0-9_\-.~+/=:]+$/;
+
+/** Does one percent-decoded path segment or query key look like personal data or a code? */
+export function isSensitiveSegment(segment: string): boolean {
+  let s = segment;
+  try {
+    s = decodeURIComponent(segment.replace(/\+/g, ' '));
+  } catch {
+    // malformed percent-encoding: judge the raw text
+  }
+  if (s.includes('@') || /%40/i.test(segment)) return true;
+  // white space, punctuation, non-ASCII: free text such as a name ("Anna de Vries"), never a route word
+  if (/[^A-Za-z0-9._~+/=:-]/.test(s)) return true;
+  if (DIGIT_RUN.test(s)) return true;
+  if (TOKEN_CHARS.test(s)) {
+    if (s.length >= 40) return true;
+    if (s.length >= 16 && /\d/.test(s) && /[A-Za-z]/.test(s)) return true;
+  }
+  return false;
+}
+
+const redactPath = (p: string) =>
+  p
+    .split('/')
+    .map((seg) => (seg && isSensitiveSegment(seg) ? CENSOR : seg))
+    .join('/');
+
+const redactQuery = (q: string) =>
+  q
+    .split('&')
+    .map((pair) => {
+      if (!pair) return pair;
+      const eq = pair.indexOf('=');
+      const key = eq < 0 ? pair : pair.slice(0, eq);
+      const k = isSensitiveSegment(key) ? CENSOR : key;
+      return eq < 0 ? k : `${k}=${pair.length > eq + 1 ? CENSOR : ''}`;
+    })
+    .join('&');
+
+/**
+ * A URL, path or path with query string as it may be logged: see the rules above. Anything not a
+ * string comes back as is.
+ */
+export function redactUrl<T>(url: T): T | string {
+  if (typeof url !== 'string') return url;
+  let rest: string = url;
+  let prefix = '';
+  const abs = /^([A-Za-z][A-Za-z0-9+.-]*:\/\/)([^/?#]*)/.exec(rest);
+  if (abs) {
+    const authority = abs[2]!;
+    const at = authority.lastIndexOf('@');
+    prefix = abs[1]! + (at >= 0 ? `${CENSOR}@${authority.slice(at + 1)}` : authority);
+    rest = rest.slice(abs[0].length);
+  }
+  const hash = rest.indexOf('#');
+  if (hash >= 0) rest = rest.slice(0, hash); // a fragment never reaches a server; drop it if logged
+  const qm = rest.indexOf('?');
+  const pathPart = qm < 0 ? rest : rest.slice(0, qm);
+  const query = qm < 0 ? null : rest.slice(qm + 1);
+  return prefix + redactPath(pathPart) + (query === null ? '' : `?${redactQuery(query)}`);
+}

@@ -13,7 +13,7 @@ import { canManageAccount, notOthersMainAccount } from './access';
 import { AccountFailure } from './route';
 import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
-import { containsPattern } from '../db/like';
+import { contains, queryWords } from './search';
 
 type Q = Kysely<Database> | Transaction<Database>;
 export type AccountRow = Selectable<AccountsTable>;
@@ -338,7 +338,8 @@ export class AccountService {
       throw new ApiError('InvalidPupUid', 'pupUid: unknown pick up point or not one you manage', 400);
     }
     if (tenant.pupUids.size === 0) return { items: [], total: 0, inc };
-    const contains = (expr: ReturnType<typeof sql>, term: string) => sql<boolean>`lower(${expr}) like ${containsPattern(term)} escape '\\'`;
+    // bounded inputs, linear work per row: accounts/search.ts
+    const engine = this.ctx.db.engine;
 
     let base = this.db
       .selectFrom('accounts as a')
@@ -359,16 +360,15 @@ export class AccountService {
       const pup = t(b.pupUid);
       base = base.where((eb) => eb.exists(eb.selectFrom('account_pups as ap2').select('ap2.account_uid').whereRef('ap2.account_uid', '=', 'a.uid').where('ap2.pup_uid', '=', pup)));
     }
-    if (t(b.userName)) base = base.where(contains(sql.ref('a.user_name_key'), t(b.userName)));
-    if (t(b.emailAddress)) base = base.where(contains(sql.ref('a.email_key'), t(b.emailAddress)));
-    if (t(b.fullName)) {
-      const full = sql`coalesce(a.first_name, '') || ' ' || coalesce(a.last_name, '')`;
-      for (const term of t(b.fullName).split(/\s+/)) base = base.where(contains(full, term));
-    }
+    if (t(b.userName)) base = base.where(contains(engine, sql.ref('a.user_name_key'), t(b.userName).toLowerCase(), true));
+    if (t(b.emailAddress)) base = base.where(contains(engine, sql.ref('a.email_key'), t(b.emailAddress).toLowerCase(), true));
+    const full = sql`coalesce(a.first_name, '') || ' ' || coalesce(a.last_name, '')`;
+    for (const word of queryWords(b.fullName)) base = base.where(contains(engine, full, word));
     if (t(b.phoneNumber)) {
       let p = t(b.phoneNumber).replace(/[\s\-.()/]/g, '');
       if (p.startsWith('00')) p = '+' + p.slice(2);
-      base = base.where(contains(sql`coalesce(a.phone_number, '')`, p));
+      // phone numbers are stored normalized (+ and digits): no lower() needed
+      if (p) base = base.where(contains(engine, sql`coalesce(a.phone_number, '')`, p.toLowerCase(), true));
     }
     if (t(b.mailCode)) base = base.where('a.mail_code', '=', t(b.mailCode).toUpperCase());
 

@@ -5,7 +5,8 @@ import multipart from '@fastify/multipart';
 import { z } from 'zod';
 import type { AppContext } from '../context';
 import { ApiError, invalidRequest } from '../errors';
-import { envelope, envelopeShape, optBool, optStr, pageInfo, paged, pagingRequestShape, searchStr } from '../http/envelope';
+import { envelope, envelopeShape, optBool, optStr, pageInfo, paged, pagingRequestShape } from '../http/envelope';
+import { SEARCH_LIMITS, searchTerm, searchWords } from '../accounts/search';
 import { accountPost } from '../accounts/route';
 import { AccountService, FLAG_NAMES } from '../accounts/service';
 import { SuggestionService } from '../accounts/suggestions/store';
@@ -133,12 +134,12 @@ export async function accountRoutes(app: FastifyInstance, ctx: AppContext): Prom
     description: 'Fields whose include flag is false are omitted from the items.',
     body: z.object({
       ...pagingRequestShape,
-      userName: searchStr(),
-      emailAddress: searchStr(),
-      fullName: searchStr(),
-      pupUid: searchStr(),
-      phoneNumber: searchStr(),
-      mailCode: searchStr(),
+      userName: searchTerm().describe(`contained in the user name, ignoring case; at most ${SEARCH_LIMITS.maxLength} characters`),
+      emailAddress: searchTerm().describe(`contained in the e-mail address, ignoring case; at most ${SEARCH_LIMITS.maxLength} characters`),
+      fullName: searchWords().describe(`every word contained in "firstName lastName", ignoring case; at most ${SEARCH_LIMITS.maxLength} characters and ${SEARCH_LIMITS.maxWords} words`),
+      pupUid: searchTerm(SEARCH_LIMITS.maxPupUidLength),
+      phoneNumber: searchTerm(SEARCH_LIMITS.maxPhoneLength).describe(`contained in the phone number (spaces and punctuation ignored, 00 read as +); at most ${SEARCH_LIMITS.maxPhoneLength} characters`),
+      mailCode: searchTerm(SEARCH_LIMITS.maxMailCodeLength),
       includeEmail: optBool().describe('default true'),
       includeFullName: optBool().describe('default true'),
       includeMainPup: optBool().describe('default true'),
@@ -258,7 +259,11 @@ export async function accountRoutes(app: FastifyInstance, ctx: AppContext): Prom
     path: '/v1/Account/GetAccountSuggestions',
     summary: 'Suggestions of the active upload (extension: not in the API document)',
     description: 'searchText matches e-mail address, first or last name (every term, case-insensitive); pupUid filters on the suggested pick up point.',
-    body: z.object({ ...pagingRequestShape, searchText: searchStr(), pupUid: searchStr() }),
+    body: z.object({
+      ...pagingRequestShape,
+      searchText: searchWords().describe(`every word contained in the e-mail address or "firstName lastName", ignoring case; at most ${SEARCH_LIMITS.maxLength} characters and ${SEARCH_LIMITS.maxWords} words`),
+      pupUid: searchTerm(SEARCH_LIMITS.maxPupUidLength),
+    }),
     response: paged(SuggestionItem, { reference: nstr(), dateTime: nstr().describe('ISO 8601 UTC time of the active upload') }),
     handler: async (b, req) => {
       const r = await suggestions.list(req.tenant, b);

@@ -10,7 +10,9 @@ import { toDbTime } from '../ids';
 import { registerWorkerFactory } from '../workers';
 import { OutboxPurger } from '../callbacks/purge';
 import { registerTenantProvisioningHook } from '../provisioning/apply';
-import { AUTH_KEY_RE, AUTH_TYPES, applyProvisionedCallback, callbackUrlProblem, configureCallback, loggableOrigin } from '../callbacks/registration';
+import { AUTH_KEY_RE, AUTH_TYPES, applyProvisionedCallback, callbackTargetProblem, callbackUrlProblem, configureCallback, loggableOrigin } from '../callbacks/registration';
+import { resolverFor } from '../net/resolve';
+import { invalidRequest } from '../errors';
 import { CallbackDeliveryWorker } from '../callbacks/worker';
 import { IdempotencySweeper } from '../http/idempotency';
 
@@ -22,7 +24,9 @@ export const ConfigureCallbackRequest = z.object({
       const p = v == null ? null : callbackUrlProblem(v);
       if (p) c.addIssue({ code: 'custom', message: p });
     })
-    .describe('http(s) URL the ShipmentStatusUpdate messages are POSTed to; null disables callbacks'),
+    .describe(
+      'http(s) URL the ShipmentStatusUpdate messages are POSTed to; null disables callbacks. Its host must be, and resolve to, public internet addresses only (no loopback, private, link-local or cloud metadata targets; see docs/callbacks.md "Allowed targets")',
+    ),
   authType: z.enum(AUTH_TYPES).nullish().describe('None, HMAC or ApiKey; omitted keeps the current one (HMAC the first time)'),
   resetKey: z.boolean().nullish().describe('true makes a new key (unless authKey is given)'),
   authKey: z
@@ -50,6 +54,15 @@ export async function platformRoutes(app: FastifyInstance, ctx: AppContext): Pro
       body: ConfigureCallbackRequest,
       response: ConfigureCallbackResponse,
       handler: async (body, req) => {
+        if (body.url != null) {
+          // The host, in every spelling, and each address it resolves to now (the worker checks again
+          // on every connection: DNS rebinding).
+          const problem = await callbackTargetProblem(body.url, { allowPrivateNetworks: ctx.config.callbacks.allowPrivateNetworks }, resolverFor(ctx));
+          if (problem) {
+            log.info({ tenantUid: req.tenant.uid, to: loggableOrigin(body.url), problem }, 'callback url refused');
+            throw invalidRequest(`url: ${problem}`);
+          }
+        }
         const out = await configureCallback(ctx.db.kysely, req.tenant.uid, body, toDbTime(ctx.clock.now()), ctx.db.engine);
         if (out.changed) {
           log.info(

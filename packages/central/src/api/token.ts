@@ -1,11 +1,13 @@
 // POST /connect/token: OAuth 2 client credentials (form encoded), scope integration_api.
-// Errors follow RFC 6749 section 5.2 (product.md): {error, error_description} with 400 or 401.
+// Errors follow RFC 6749 section 5.2 (product.md): {error, error_description} with 400 or 401;
+// throttled attempts get 429 slow_down and an overloaded verifier 503 temporarily_unavailable,
+// both with Retry-After (docs/api.md, "Throttling and limits").
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { ApiError } from '../errors';
 import type { AppContext } from '../context';
-import { verifySecret } from '../auth/secrets';
+import type { TokenGuard } from '../auth/token-guard';
 
 const TokenRequest = z.object({
   grant_type: z.string().optional(),
@@ -35,10 +37,11 @@ function oauthError(error: string, error_description: string) {
 // A fixed hash to verify against when the client is unknown, so both paths cost the same.
 const DUMMY_HASH = 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA';
 
-export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
+export async function tokenRoutes(app: FastifyInstance, ctx: AppContext, guard: TokenGuard) {
   // A body that cannot be parsed or fails validation (no body, a non-string field, another
   // Content-Type) is an OAuth invalid_request. The global handler would send the tenant envelope,
-  // which the 400 response schema refuses (a 500). Limits (413, 429) and faults go on to it.
+  // which the 400 response schema refuses (a 500). A 429 of the request limit is answered here
+  // in the OAuth style too (slow_down); 413 and faults go on to the global handler.
   app.setErrorHandler((err: FastifyError, req, reply) => {
     const status = err.statusCode ?? 500;
     const isValidation = hasZodFastifySchemaValidationErrors(err) || !!err.validation;
@@ -54,6 +57,11 @@ export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
           : `malformed request: ${err.message}`;
       return reply.code(400).header('cache-control', 'no-store').send(oauthError('invalid_request', why));
     }
+    if ((err instanceof ApiError ? err.status : status) === 429) {
+      // the per-address request limit (http.unauthenticatedRateLimitPerMinute), in OAuth style too
+      const after = String(reply.getHeader('retry-after') ?? reply.getHeader('x-ratelimit-reset') ?? 60);
+      return reply.code(429).header('retry-after', after).header('cache-control', 'no-store').send(oauthError('slow_down', err.message));
+    }
     throw err;
   });
 
@@ -65,7 +73,7 @@ export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
         tags: ['Authentication'],
         consumes: ['application/x-www-form-urlencoded'],
         body: TokenRequest,
-        response: { 200: TokenResponse, 400: OAuthError, 401: OAuthError },
+        response: { 200: TokenResponse, 400: OAuthError, 401: OAuthError, 429: OAuthError, 503: OAuthError },
       },
       config: { rawEnvelope: true },
     },
@@ -97,9 +105,21 @@ export async function tokenRoutes(app: FastifyInstance, ctx: AppContext) {
       if (body.grant_type !== 'client_credentials') return fail(400, 'unsupported_grant_type', 'only client_credentials is supported');
       if (!clientId || !clientSecret) return fail(401, 'invalid_client', 'client_id and client_secret are required');
       const tenant = await ctx.db.kysely.selectFrom('tenants').select(['uid', 'secret_hash']).where('client_id', '=', clientId).executeTakeFirst();
-      const good = verifySecret(clientSecret, tenant?.secret_hash ?? DUMMY_HASH) && !!tenant;
-      if (!good) {
-        req.log.warn({ ns: 'central.auth', event: 'token_denied' }, 'client authentication failed');
+      // scrypt on the thread pool, bounded; failures throttled per client id from this address
+      // and per address (an unknown client id costs and counts the same as a wrong secret)
+      const r = await guard.check(clientId, clientSecret, tenant?.secret_hash ?? DUMMY_HASH, !!tenant, req.ip);
+      if (r.kind === 'throttled') {
+        req.log.debug({ ns: 'central.auth', event: 'token_throttled', scope: r.scope, retryAfter: r.retryAfterSeconds }, 'client authentication throttled');
+        reply.header('retry-after', String(r.retryAfterSeconds));
+        const who = r.scope === 'client' ? 'for this client_id from this address' : 'from this address';
+        return fail(429, 'slow_down', `too many failed attempts ${who}; retry after ${r.retryAfterSeconds} s`);
+      }
+      if (r.kind === 'busy') {
+        reply.header('retry-after', String(r.retryAfterSeconds));
+        return fail(503, 'temporarily_unavailable', `too many client authentications in progress; retry after ${r.retryAfterSeconds} s`);
+      }
+      if (r.kind === 'bad') {
+        req.log.warn({ ns: 'central.auth', event: 'token_denied', ...(r.blockedMs ? { blockSeconds: Math.round(r.blockedMs / 1000), errorCode: 'AUTH_THROTTLED' } : {}) }, 'client authentication failed');
         return fail(401, 'invalid_client', 'unknown client or wrong secret');
       }
       const scopes = (body.scope ?? 'integration_api').split(' ').filter(Boolean);

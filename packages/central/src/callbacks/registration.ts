@@ -6,6 +6,8 @@ import crypto from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
 import type { Database } from '../db/schema';
 import { ProvisioningError } from '../provisioning/apply';
+import type { TargetPolicy } from '../net/address';
+import { allowedAddresses, ResolveError, TargetRefusedError, type Resolver } from '../net/resolve';
 
 export const AUTH_TYPES = ['None', 'HMAC', 'ApiKey'] as const;
 export type AuthType = (typeof AUTH_TYPES)[number];
@@ -24,9 +26,13 @@ export function generateAuthKey(): string {
   return crypto.randomBytes(32).toString('hex');
 }
 
-/** Why a URL is not acceptable as a callback target, or null when it is. */
+/** Control characters (C0, DEL, C1) and whitespace of any kind, which the URL parser would silently drop or encode. */
+const CONTROL_OR_SPACE = /[\u0000-\u0020\u007f-\u009f]|\s/u;
+
+/** Why a URL is not acceptable as a callback target by its form, or null when it is (the address rules: callbackTargetProblem). */
 export function callbackUrlProblem(url: string): string | null {
   if (url.length > 2048) return 'must be at most 2048 characters';
+  if (CONTROL_OR_SPACE.test(url)) return 'must not contain control characters or whitespace';
   let u: URL;
   try {
     u = new URL(url);
@@ -38,6 +44,30 @@ export function callbackUrlProblem(url: string): string | null {
   if (u.username || u.password) return 'must not contain user name or password (use authType ApiKey or HMAC)';
   if (u.hash) return 'must not contain a fragment (#...)';
   return null;
+}
+
+/** How long ConfigureCallback (and one delivery attempt) may spend resolving the callback host. */
+export const CALLBACK_RESOLVE_TIMEOUT_MS = 5_000;
+
+/**
+ * Why a URL is not acceptable as a callback target, or null when it is: its form
+ * (callbackUrlProblem), then its host: an IP literal in any spelling (the URL parser has
+ * normalized 127.1, 2130706433, 0x7f000001 ...), a cloud metadata name, or every address the name
+ * resolves to must be allowed by the policy (net/address.ts). A host that does not resolve (in
+ * `timeoutMs`) is a problem too. The delivery worker checks again on every connection.
+ */
+export async function callbackTargetProblem(url: string, policy: TargetPolicy, resolver: Resolver, timeoutMs = CALLBACK_RESOLVE_TIMEOUT_MS): Promise<string | null> {
+  const form = callbackUrlProblem(url);
+  if (form) return form;
+  const host = new URL(url).hostname;
+  try {
+    await allowedAddresses(host, policy, resolver, timeoutMs);
+    return null;
+  } catch (err) {
+    if (err instanceof TargetRefusedError) return `must point to a public internet address (${err.message})`;
+    if (err instanceof ResolveError) return `must name a host that resolves (${err.message})`;
+    throw err;
+  }
 }
 
 /** Only the origin of a callback URL may be logged (the path or query may carry tenant tokens). */

@@ -14,15 +14,25 @@
 // newly queued rows and the few parked ones whose park ran out; however large the backlog. The park
 // is a safety net in time (it runs out after PARK_MAX_MS at most); on PostgreSQL a park and the
 // un-park of the predecessor's recording are serialized by a row lock (parkBehind).
+//
+// Targets: every request goes through a guarded undici dispatcher (net/dispatcher.ts) that checks
+// the address each new connection actually connects to, after resolution, against the target
+// policy (public addresses only, unless callbacks.allowPrivateNetworks), so a name that now
+// resolves to an internal address (DNS rebinding) is refused; redirects are never followed (a 3xx
+// is a failed attempt). A refused attempt is a failure like any other (back-off, retried), its
+// reason in last_error.
 import type { Kysely, Transaction } from 'kysely';
 import { sql } from 'kysely';
+import { fetch, type Agent } from 'undici';
 import type { AppContext, Worker } from '../context';
 import type { Database } from '../db/schema';
 import type { CallbackOutboxTable } from '../db/schema-callbacks';
 import type { Logger } from '../logger';
 import { newUid, toDbTime } from '../ids';
 import { onOutboxEnqueued } from './outbox';
-import { loadCallbackRegistration, loggableOrigin } from './registration';
+import { CALLBACK_RESOLVE_TIMEOUT_MS, callbackUrlProblem, loadCallbackRegistration, loggableOrigin } from './registration';
+import { createGuardedAgent } from '../net/dispatcher';
+import { resolverFor, type Resolver } from '../net/resolve';
 import { authHeaders } from './signing';
 import { backoffMs } from './backoff';
 
@@ -40,6 +50,8 @@ type OutboxRow = CallbackOutboxTable;
 export interface CallbackWorkerOptions {
   /** random source for the back-off jitter (tests may fix it) */
   random?: () => number;
+  /** the resolver for callback hosts (default: the service's, net/resolve.ts resolverFor) */
+  resolver?: Resolver;
 }
 
 interface InFlight {
@@ -60,6 +72,7 @@ export class CallbackDeliveryWorker implements Worker {
   private readonly inflight = new Map<string, InFlight>();
   private unsubscribe: (() => void) | null = null;
   private log!: Logger;
+  private agentInstance: Agent | null = null;
   /** counts since start (for operators and tests) */
   readonly stats = { delivered: 0, failed: 0, polls: 0, examined: 0, parked: 0 };
 
@@ -95,6 +108,23 @@ export class CallbackDeliveryWorker implements Worker {
     await this.ticking?.catch(() => undefined);
     for (const f of this.inflight.values()) f.abort.abort(new StopSignal());
     await Promise.allSettled([...this.inflight.values()].map((f) => f.done));
+    const agent = this.agentInstance;
+    this.agentInstance = null;
+    await agent?.close().catch(() => undefined);
+  }
+
+  /** The guarded dispatcher every delivery goes through (made on first use; closed by stop). */
+  private get agent(): Agent {
+    if (!this.agentInstance) {
+      const cfg = this.ctx.config.callbacks;
+      this.agentInstance = createGuardedAgent({
+        policy: { allowPrivateNetworks: cfg.allowPrivateNetworks },
+        resolver: () => this.opts.resolver ?? resolverFor(this.ctx),
+        resolveTimeoutMs: Math.min(CALLBACK_RESOLVE_TIMEOUT_MS, cfg.requestTimeoutMs),
+        connectTimeoutMs: cfg.requestTimeoutMs,
+      });
+    }
+    return this.agentInstance;
   }
 
   /** Look for due messages after `ms` (earlier wake-ups win). */
@@ -229,24 +259,38 @@ export class CallbackDeliveryWorker implements Worker {
     };
     let status: number | null = null;
     let error: string | null = null;
+    let refused = false;
+    // A URL stored before these rules (or by provisioning) that is malformed is not even tried.
+    const problem = callbackUrlProblem(reg.url);
     try {
-      const res = await fetch(reg.url, {
-        method: 'POST',
-        headers,
-        body: row.payload,
-        redirect: 'manual',
-        signal: AbortSignal.any([stopSignal, AbortSignal.timeout(cfg.requestTimeoutMs)]),
-      });
-      status = res.status;
-      await res.body?.cancel().catch(() => undefined);
-      if (status < 200 || status > 299) error = `HTTP ${status}`;
+      if (problem) {
+        refused = true;
+        error = `target refused: callback URL ${problem}`;
+      } else {
+        const res = await fetch(reg.url, {
+          method: 'POST',
+          headers,
+          body: row.payload,
+          redirect: 'manual',
+          dispatcher: this.agent,
+          signal: AbortSignal.any([stopSignal, AbortSignal.timeout(cfg.requestTimeoutMs)]),
+        });
+        status = res.status;
+        await res.body?.cancel().catch(() => undefined);
+        if (status >= 300 && status <= 399) error = `HTTP ${status} (redirects are not followed)`;
+        else if (status < 200 || status > 299) error = `HTTP ${status}`;
+      }
     } catch (err) {
       if (stopSignal.aborted) {
         // Shutting down: give the row back untouched; it is sent again after the restart.
         await this.db.updateTable('callback_outbox').set({ lease_until: null, lease_owner: null }).where(mine).execute();
         return;
       }
-      error = describeFetchError(err, cfg.requestTimeoutMs);
+      const refusal = targetRefusal(err);
+      if (refusal) {
+        refused = true;
+        error = `target refused: ${refusal.message}${refusal.verdict?.cls === 'private' && !cfg.allowPrivateNetworks ? ' (callbacks.allowPrivateNetworks is off)' : ''}`;
+      } else error = describeFetchError(err, cfg.requestTimeoutMs);
     }
     const done = this.ctx.clock.now();
     const attempts = row.attempts + 1;
@@ -265,7 +309,7 @@ export class CallbackDeliveryWorker implements Worker {
       .where(mine)
       .execute();
     this.stats.failed++;
-    this.log.warn({ ...where, status, error, retryInMs: delay }, 'callback delivery failed; will retry');
+    this.log.warn({ ...where, status, error, retryInMs: delay, ...(refused ? { refused: true } : {}) }, refused ? 'callback delivery refused: target not allowed; will retry' : 'callback delivery failed; will retry');
   }
 }
 
@@ -347,6 +391,14 @@ class StopSignal extends Error {
   constructor() {
     super('callback worker stopping');
   }
+}
+
+/** The TargetRefusedError (net/resolve.ts) behind a failed fetch, if that is why it failed. */
+function targetRefusal(err: unknown): { message: string; verdict?: { cls: string } } | null {
+  for (let e = err as { code?: string; message?: string; cause?: unknown; verdict?: { cls: string } } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
+    if (e.code === 'ETARGETREFUSED') return { message: String(e.message), verdict: e.verdict };
+  }
+  return null;
 }
 
 function describeFetchError(err: unknown, timeoutMs: number): string {

@@ -100,8 +100,13 @@ export interface AccessCodesTable {
 
 /** Failed pinCode attempts at UnlockShipmentLocker (throttling). */
 export interface UnlockFailuresTable {
+  /** '' for a wrong PIN that matched no shipment (SimulateLockerAccess) */
   shipment_uid: string;
   at: string;
+  /** migration 406: what a wrong PIN counts against besides its shipment (null on older rows) */
+  tenant_uid: string | null;
+  pup_uid: string | null;
+  locker_uid: string | null;
 }
 
 export interface ShipmentTables {

@@ -38,7 +38,7 @@ export function v1Post<B extends z.ZodTypeAny, R extends z.ZodTypeAny>(app: Fast
       ...(def.jsonBody === false ? {} : { body: def.body }),
       response: { 200: def.response, 400: ErrorEnvelope, 401: ErrorEnvelope },
     },
-    config: { auth: 'tenant', idempotent: def.idempotent ?? false },
+    config: { auth: 'tenant', idempotent: def.idempotent ?? false, bodyType: def.jsonBody === false ? 'none' : 'json' },
     preValidation: async (req) => {
       if (def.jsonBody !== false) (req as { body: unknown }).body = normalizeKeys(def.body, req.body);
     },
@@ -60,5 +60,7 @@ declare module 'fastify' {
     rawEnvelope?: boolean;
     /** the route honours an Idempotency-Key header */
     idempotent?: boolean;
+    /** 'json': the body must be sent as application/json (app.ts refuses other content types) */
+    bodyType?: 'json' | 'multipart' | 'none';
   }
 }

@@ -811,6 +811,8 @@ export class ShipmentService {
 
   // ---- unlock throttling ---------------------------------------------------------------------
 
+  private pinFailuresRecorded = 0;
+
   async recentUnlockFailures(shipmentUid: string): Promise<number> {
     const since = toDbTime(new Date(this.ctx.clock.now().getTime() - THROTTLE_MS));
     const r = await this.ctx.db.kysely
@@ -822,11 +824,74 @@ export class ShipmentService {
     return Number(r?.n ?? 0);
   }
 
-  async recordUnlockFailure(shipmentUid: string): Promise<void> {
+  /**
+   * Records a wrong PIN: against its shipment ('' when it matched none) and, with a scope, against
+   * the tenant, its pick up point and its locker (pinThrottle). Old rows are purged now and then.
+   */
+  async recordUnlockFailure(shipmentUid: string, scope?: PinScope): Promise<void> {
+    const purge = ++this.pinFailuresRecorded % 256 === 0;
     await this.write(async (trx, now) => {
-      await trx.insertInto('unlock_failures').values({ shipment_uid: shipmentUid, at: now }).execute();
+      await trx
+        .insertInto('unlock_failures')
+        .values({ shipment_uid: shipmentUid, at: now, tenant_uid: scope?.tenantUid ?? null, pup_uid: scope?.pupUid ?? null, locker_uid: scope?.lockerUid ?? null })
+        .execute();
+      if (purge) {
+        const keepMs = Math.max(THROTTLE_MS, this.ctx.config.throttle.pinFailureWindowSeconds * 1000) + 3_600_000;
+        await trx.deleteFrom('unlock_failures').where('at', '<', toDbTime(new Date(Date.parse(now) - keepMs))).execute();
+      }
     });
   }
+
+  /**
+   * The wrong-PIN throttle per tenant and locker, per tenant and pick up point, and per tenant
+   * (throttle.pinMaxFailuresPer*, within throttle.pinFailureWindowSeconds), counted in the
+   * database so every central instance sees the same counts. null: a PIN may be checked now; else
+   * how long until the tripped limit lets one through again. Scoped by tenant: one tenant's
+   * guesses never lock another tenant out of a shared pick up point.
+   */
+  async pinThrottle(scope: PinScope): Promise<{ retryAfterSeconds: number; scope: 'locker' | 'pup' | 'tenant' } | null> {
+    const t = this.ctx.config.throttle;
+    if (t.pinMaxFailuresPerLocker <= 0 && t.pinMaxFailuresPerPup <= 0 && t.pinMaxFailuresPerTenant <= 0) return null;
+    const windowMs = t.pinFailureWindowSeconds * 1000;
+    const nowMs = this.ctx.clock.now().getTime();
+    const since = toDbTime(new Date(nowMs - windowMs));
+    const db = this.ctx.db.kysely;
+    const r = await db
+      .selectFrom('unlock_failures')
+      .select([
+        sql<number>`count(*)`.as('tenant'),
+        sql<number>`coalesce(sum(case when pup_uid = ${scope.pupUid} then 1 else 0 end), 0)`.as('pup'),
+        sql<number>`coalesce(sum(case when locker_uid = ${scope.lockerUid ?? ''} then 1 else 0 end), 0)`.as('locker'),
+      ])
+      .where('tenant_uid', '=', scope.tenantUid)
+      .where('at', '>', since)
+      .executeTakeFirst();
+    const tripped: { scope: 'locker' | 'pup' | 'tenant'; max: number }[] = [];
+    if (t.pinMaxFailuresPerLocker > 0 && scope.lockerUid && Number(r?.locker ?? 0) >= t.pinMaxFailuresPerLocker) tripped.push({ scope: 'locker', max: t.pinMaxFailuresPerLocker });
+    if (t.pinMaxFailuresPerPup > 0 && Number(r?.pup ?? 0) >= t.pinMaxFailuresPerPup) tripped.push({ scope: 'pup', max: t.pinMaxFailuresPerPup });
+    if (t.pinMaxFailuresPerTenant > 0 && Number(r?.tenant ?? 0) >= t.pinMaxFailuresPerTenant) tripped.push({ scope: 'tenant', max: t.pinMaxFailuresPerTenant });
+    if (tripped.length === 0) return null;
+    let worst: { retryAfterSeconds: number; scope: 'locker' | 'pup' | 'tenant' } | null = null;
+    for (const x of tripped) {
+      // the limit lets a PIN through again once the max-th newest failure leaves the window
+      let q = db.selectFrom('unlock_failures').select('at').where('tenant_uid', '=', scope.tenantUid).where('at', '>', since);
+      if (x.scope === 'locker') q = q.where('locker_uid', '=', scope.lockerUid ?? '');
+      if (x.scope === 'pup') q = q.where('pup_uid', '=', scope.pupUid);
+      const row = await q.orderBy('at', 'desc').limit(1).offset(x.max - 1).executeTakeFirst();
+      const until = row ? Date.parse(row.at) + windowMs : nowMs + 1000;
+      const secs = Math.max(1, Math.ceil((until - nowMs) / 1000));
+      if (!worst || secs > worst.retryAfterSeconds) worst = { retryAfterSeconds: secs, scope: x.scope };
+    }
+    return worst;
+  }
+}
+
+/** What a wrong PIN counts against besides its shipment. */
+export interface PinScope {
+  tenantUid: string;
+  pupUid: string;
+  /** null: the locker is unknown (a lockerName of no locker): only the PUP and tenant count */
+  lockerUid: string | null;
 }
 
 const services = new WeakMap<AppContext, ShipmentService>();

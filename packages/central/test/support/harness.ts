@@ -81,6 +81,10 @@ export async function createTestService(engine: EngineName, opts: TestServiceOpt
     env: {},
     overrides: {
       ...opts.config,
+      // request limits and brute-force throttles off unless a test sets them (suites send many
+      // requests, wrong secrets and wrong PINs from one address within a minute of a manual clock)
+      http: { rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0, ...(opts.config?.http ?? {}) },
+      throttle: { tokenMaxFailuresPerClient: 0, tokenMaxFailuresPerAddress: 0, pinMaxFailuresPerLocker: 0, pinMaxFailuresPerPup: 0, pinMaxFailuresPerTenant: 0, ...(opts.config?.throttle ?? {}) },
       database: { url: dbUrl, poolSize: 5, ...(opts.config?.database ?? {}) },
       log: { level: 'silent', ...(opts.config?.log ?? {}) },
       mqtt: { mode: 'off', ...(opts.config?.mqtt ?? {}) },

@@ -161,7 +161,11 @@ function checkWorkbookLimits(buf: Uint8Array, limits: ReadLimits): void {
 const sheetError = (e: { kind: string; message: string }) =>
   e.kind === 'tooManyRows' ? new SuggestionFileError('InvalidRequest', `file: ${e.message}`) : new SuggestionFileError('InvalidImportType', 'file: the workbook cannot be read');
 
-/** The first sheet of a workbook as rows of display text (cells as Excel shows them), on this thread. */
+/**
+ * The first sheet of a workbook as rows of display text (cells as Excel shows them), on this
+ * thread. Tests and tools only: the upload path reads workbooks in a worker (readRowsOffThread),
+ * because SheetJS may pollute the prototypes of the thread it runs on (see plainRows).
+ */
 export function readWorkbook(buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_LIMITS): Rows {
   checkWorkbookLimits(buf, limits);
   try {
@@ -173,6 +177,34 @@ export function readWorkbook(buf: Uint8Array, limits: ReadLimits = DEFAULT_READ_
 }
 
 const WORKER = new URL('./workbook-worker.mjs', import.meta.url);
+
+/**
+ * The worker's answer, accepted only as what it must be: an array whose entries are holes or
+ * arrays of strings. SheetJS 0.18.5 can be made to pollute Object.prototype by a crafted file
+ * (CVE-2023-30533) and runs untrusted input through slow regular expressions (CVE-2024-22363):
+ * it runs only in that worker, a fresh one per file, stopped after suggestions.parseTimeoutMs;
+ * what crosses back is a structured clone (own data only, no prototypes, no functions, no
+ * getters), and this check copies it into fresh arrays of this thread, refusing anything else.
+ */
+function plainRows(rows: unknown): Rows {
+  if (rows === undefined) return [];
+  const bad = () => new SuggestionFileError('InvalidImportType', 'file: the workbook cannot be read');
+  if (!Array.isArray(rows)) throw bad();
+  const out: Rows = [];
+  for (let i = 0; i < rows.length; i++) {
+    if (!(i in rows)) continue; // a blank row stays a hole
+    const r: unknown = rows[i];
+    if (!Array.isArray(r)) throw bad();
+    const cells: string[] = [];
+    for (let c = 0; c < r.length; c++) {
+      const v: unknown = r[c];
+      if (typeof v !== 'string') throw bad();
+      cells.push(v);
+    }
+    out[i] = cells;
+  }
+  return out;
+}
 
 /**
  * readWorkbook in a worker thread: SheetJS parses synchronously, and a workbook within the upload
@@ -192,9 +224,15 @@ export async function readWorkbookInWorker(buf: Uint8Array, limits: ReadLimits, 
       const done = () => clearTimeout(timer);
       worker.once('message', (m: { rows?: Rows; error?: { kind: string; message: string } }) => {
         done();
-        if (m.error) reject(sheetError(m.error));
+        if (m?.error) reject(sheetError(m.error));
         // structured clone turns the holes of blank rows into nothing: they stay holes
-        else resolve(m.rows ?? []);
+        else {
+          try {
+            resolve(plainRows(m?.rows));
+          } catch (e) {
+            reject(e);
+          }
+        }
       });
       worker.once('error', (e) => {
         done();

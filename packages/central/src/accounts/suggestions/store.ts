@@ -15,7 +15,7 @@ import { ApiError } from '../../errors';
 import { newUid, toDbTime } from '../../ids';
 import { emailKey } from '../validate';
 import { detectType, readRowsOffThread, SuggestionFileError, validateRows, type RowError, type SuggestionRow } from './parse';
-import { containsPattern } from '../../db/like';
+import { contains, queryWords } from '../search';
 
 export interface UploadResult {
   reference: string;
@@ -143,12 +143,10 @@ export class SuggestionService {
     if (!active) return { items: [] as SuggestionItem[], total: 0, reference: null, dateTime: null };
     let q = db.selectFrom('account_suggestions as s').where('s.upload_uid', '=', active.uid);
     if (pupUid) q = q.where('s.pup_uid', '=', pupUid);
-    const terms = (b.searchText ?? '').trim().split(/\s+/).filter(Boolean);
-    for (const term of terms) {
-      const pat = containsPattern(term);
-      q = q.where(
-        sql<boolean>`(s.email_key like ${pat} escape '\\' or lower(coalesce(s.first_name, '') || ' ' || coalesce(s.last_name, '')) like ${pat} escape '\\')`,
-      );
+    // bounded inputs, linear work per row: accounts/search.ts
+    const engine = this.ctx.db.engine;
+    for (const word of queryWords(b.searchText)) {
+      q = q.where(sql<boolean>`(${contains(engine, sql.ref('s.email_key'), word, true)} or ${contains(engine, sql`coalesce(s.first_name, '') || ' ' || coalesce(s.last_name, '')`, word)})`);
     }
     const { n } = await q.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
     const rows = await q

@@ -5,7 +5,7 @@ import type { AppContext } from '../../context';
 import { ApiError } from '../../errors';
 import { newUid } from '../../ids';
 import { v1Post } from '../../http/route';
-import { shipmentService, UNLOCK_MAX_FAILURES } from '../../shipments/service';
+import { shipmentService, UNLOCK_MAX_FAILURES, type PinScope } from '../../shipments/service';
 import { dropOffAhead } from '../../shipments/state-machine';
 import type { StateCode } from '../../shipments/types';
 import * as S from './schemas';
@@ -15,6 +15,14 @@ const TAGS = ['Logistics'];
 export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promise<void> {
   const svc = shipmentService(ctx);
   const env = { environment: ctx.config.environment };
+
+  /** Wrong-PIN throttle per tenant and locker / pick up point / tenant: 429 RateLimited with Retry-After. */
+  const refuseThrottledPin = async (scope: PinScope) => {
+    const t = await svc.pinThrottle(scope);
+    if (!t) return;
+    const what = t.scope === 'locker' ? 'at this locker' : t.scope === 'pup' ? 'at this pick up point' : 'for this client';
+    throw new ApiError('RateLimited', `too many wrong pinCode attempts ${what}; retry after ${t.retryAfterSeconds} s`, 429, { 'retry-after': String(t.retryAfterSeconds) });
+  };
 
   v1Post(
     app,
@@ -163,7 +171,7 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
     {
       path: '/v1/Logistics/UnlockShipmentLocker',
       summary: "Unlock a shipment's locker, optionally for a goal and validating a code",
-      description: `Errors: InvalidShipment (unknown), InvalidShipmentState (inactive or no locker), UnlockNotAllowed (the goal does not match the state), InvalidAccessCode (wrong pinCode; after ${UNLOCK_MAX_FAILURES} failures within 15 minutes every pinCode is refused), UnlockFailed (terminal or hardware).`,
+      description: `Errors: InvalidShipment (unknown), InvalidShipmentState (inactive or no locker), UnlockNotAllowed (the goal does not match the state), InvalidAccessCode (wrong pinCode; after ${UNLOCK_MAX_FAILURES} failures within 15 minutes every pinCode is refused), UnlockFailed (terminal or hardware); 429 RateLimited with Retry-After after too many wrong pinCodes at the locker, the pick up point or for the client (docs/api.md, Throttling and limits).`,
       tags: TAGS,
       body: S.UnlockBody,
       response: S.EmptyResponse,
@@ -174,7 +182,9 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
         const goal = b.unlockGoal ?? null;
         if (goal === 'DropOff' && row.state_code !== 'ReadyForDropoff') throw new ApiError('UnlockNotAllowed', `unlockGoal DropOff needs state ReadyForDropoff; the shipment is ${row.state_code}`);
         if (goal === 'PickUp' && row.state_code !== 'ReadyForPickup') throw new ApiError('UnlockNotAllowed', `unlockGoal PickUp needs state ReadyForPickup; the shipment is ${row.state_code}`);
+        const pinScope = { tenantUid: req.tenant.uid, pupUid: row.pup_uid, lockerUid: row.locker_uid };
         if (b.pinCode) {
+          await refuseThrottledPin(pinScope);
           if ((await svc.recentUnlockFailures(row.uid)) >= UNLOCK_MAX_FAILURES) {
             throw new ApiError('InvalidAccessCode', 'too many failed pinCode attempts for this shipment; try again later');
           }
@@ -188,7 +198,7 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
             .where('value', '=', b.pinCode)
             .executeTakeFirst();
           if (!hit) {
-            await svc.recordUnlockFailure(row.uid);
+            await svc.recordUnlockFailure(row.uid, pinScope);
             throw new ApiError('InvalidAccessCode', `pinCode is not a valid ${goal ?? 'drop-off or pick-up'} code of this shipment`);
           }
         }
@@ -216,7 +226,15 @@ export async function manageRoutes(app: FastifyInstance, ctx: AppContext): Promi
       response: S.EmptyResponse,
       handler: async (b, req) => {
         if (!req.tenant.pupUids.has(b.pupUid)) throw new ApiError('InvalidPupUid', `pupUid ${b.pupUid} is not a pick up point of this client`);
-        await svc.applyLockerAccess({ pupUid: b.pupUid, lockerName: b.lockerName, code: b.pinCode, cause: 'simulate', tenantUid: req.tenant.uid });
+        const locker = await ctx.db.kysely.selectFrom('lockers').select('uid').where('pup_uid', '=', b.pupUid).where('name', '=', b.lockerName).executeTakeFirst();
+        const pinScope = { tenantUid: req.tenant.uid, pupUid: b.pupUid, lockerUid: locker?.uid ?? null };
+        await refuseThrottledPin(pinScope);
+        try {
+          await svc.applyLockerAccess({ pupUid: b.pupUid, lockerName: b.lockerName, code: b.pinCode, cause: 'simulate', tenantUid: req.tenant.uid });
+        } catch (e) {
+          if (e instanceof ApiError && e.code === 'InvalidAccessCode') await svc.recordUnlockFailure('', pinScope);
+          throw e;
+        }
         return {};
       },
     },

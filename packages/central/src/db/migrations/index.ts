@@ -18,6 +18,7 @@ import * as m402 from './402_pup_code_versions';
 import * as m403 from './403_terminal_clock';
 import * as m404 from './404_lock_observations';
 import * as m405 from './405_edge_ordering';
+import * as m406 from './406_pin_throttle';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -37,4 +38,5 @@ export const migrations: Record<string, Migration> = {
   '403_terminal_clock': m403,
   '404_lock_observations': m404,
   '405_edge_ordering': m405,
+  '406_pin_throttle': m406,
 };
