@@ -42,12 +42,14 @@ describe('embedded broker: terminal login cost and throttling', () => {
   });
 
   it('the secret check runs off the event loop: a burst of bad CONNECTs (throttling off) leaves the loop mostly idle', async () => {
-    const free = new EmbeddedBroker({ host: '127.0.0.1', port: 0, db: t.ctx.db.kysely, log: createLogger({ level: 'silent' }), authThrottle: { maxFailuresPerClient: 1e9, maxFailuresPerAddress: 1e9 } });
+    // distinct wrong secrets (the same one would share a single check), and room for all 30 checks
+    // at once (beyond maxPendingLogins a login is refused at once with CONNACK 3, unchecked)
+    const free = new EmbeddedBroker({ host: '127.0.0.1', port: 0, db: t.ctx.db.kysely, log: createLogger({ level: 'silent' }), authThrottle: { maxFailuresPerClient: 1e9, maxFailuresPerAddress: 1e9 }, maxPendingLogins: 64 });
     await free.start();
     try {
       const url = free.address()!;
       const elu0 = performance.eventLoopUtilization();
-      const burst = Array.from({ length: 30 }, () => tryConnect(url, { clientId: 'term-a1', username: 'term-a1', password: 'wrong-secret' }));
+      const burst = Array.from({ length: 30 }, (_, i) => tryConnect(url, { clientId: 'term-a1', username: 'term-a1', password: `wrong-secret-${i}` }));
       await sleep(20);
       const t0 = performance.now();
       const res = await t.app.inject({ method: 'GET', url: '/health' });
@@ -55,6 +57,7 @@ describe('embedded broker: terminal login cost and throttling', () => {
       const results = await Promise.all(burst);
       const elu = performance.eventLoopUtilization(elu0);
       expect(results.map((r) => r.code)).toEqual(results.map(() => 4)); // every one checked and refused
+      expect(free.loginStats().verifierCalls).toBe(30);
       expect(res.statusCode).toBe(200);
       expect(injectMs).toBeLessThan(250);
       // scryptSync on the loop: ~50 ms busy per CONNECT, the loop almost fully busy for the burst

@@ -6,7 +6,7 @@ import { Aedes, type AedesPublishPacket, type Client } from 'aedes';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
-import { verifySecretAsync } from '../auth/secrets';
+import { TerminalLogins, AUTH_THROTTLE, MAX_PENDING_CHECKS, type AuthThrottle } from './terminal-auth';
 import { TOPIC_ROOT, mayPublish, maySubscribe, parseTopic } from './topics';
 import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
 
@@ -26,6 +26,13 @@ export interface EmbeddedBrokerOptions {
   /** throttling of failed terminal logins (defaults: AUTH_THROTTLE) */
   authThrottle?: Partial<AuthThrottle>;
   /**
+   * secret checks (scrypt) in progress at most (default MAX_PENDING_CHECKS); a login that would
+   * start one more is refused at once with CONNACK 3 (server unavailable) and retried by the terminal
+   */
+  maxPendingLogins?: number;
+  /** how long a verified terminal login is remembered (default 12 h; 0: not at all) */
+  loginCacheMs?: number;
+  /**
    * Largest MQTT packet a terminal may send (the packet's remaining length: topic and payload of a
    * PUBLISH), default MAX_TERMINAL_MESSAGE_BYTES. A larger one drops the connection as soon as its
    * header is read, before the payload is buffered. Messages the central service publishes (code
@@ -43,33 +50,32 @@ export const MAX_SUBSCRIPTIONS = 16;
 /** The only up/ topic a terminal publishes retained (its status and last will). */
 const RETAINED_KINDS = new Set(['status']);
 
-export interface AuthThrottle {
-  /** failed logins of one terminal id from one address within windowMs before it is blocked */
-  maxFailuresPerClient: number;
-  /** failed logins from one address (any terminal id) within windowMs before it is blocked */
-  maxFailuresPerAddress: number;
-  windowMs: number;
-  /** how long a blocked client id / address is refused without checking the secret */
-  blockMs: number;
-}
+export { AUTH_THROTTLE, MAX_PENDING_CHECKS, type AuthThrottle };
 
-export const AUTH_THROTTLE: AuthThrottle = { maxFailuresPerClient: 5, maxFailuresPerAddress: 20, windowMs: 60_000, blockMs: 60_000 };
-
-type Failures = { count: number; since: number; blockedUntil: number };
+/**
+ * aedes' `concurrency` (passed to its mqemitter). 0 = no bound: every message is handed to its
+ * subscribers when published. With a bound (aedes' default 100), messages published while 100
+ * deliveries are still pending (e.g. QoS 1 deliveries waiting for a terminal's socket to drain)
+ * wait in a queue, and when a delivery completes mqemitter works through that queue by recursion
+ * (released -> _do -> qlobber match -> fastparallel -> released ...): one level per queued message
+ * whose subscribers answer synchronously (the central service's handlers, $SYS messages with no
+ * subscriber). About 2,500 such messages overflow the stack (`RangeError: Maximum call stack size
+ * exceeded` in qlobber's _match) and the process exits: a reconnect storm of thousands of
+ * terminals (a $SYS message per connect and disconnect, a retained status per terminal) fills
+ * that queue. The bound never limited memory (the queue has no bound), so there is no queue.
+ * Shown by mqtt-emitter-recursion.test.ts.
+ */
+export const AEDES_CONCURRENCY = 0;
 
 /** The terminal messages the embedded broker never acknowledges unless a handler stored them. */
 export const STORED_BEFORE_ACK = [`${TOPIC_ROOT}/+/up/events`];
-
-const AUTH_CACHE_MS = 60_000;
 
 export class EmbeddedBroker implements MessageBus {
   readonly kind = 'embedded' as const;
   private broker: Aedes | null = null;
   private server: net.Server | null = null;
   private addr: string | null = null;
-  private readonly authCache = new Map<string, { at: number; hash: string }>();
-  private readonly failures = new Map<string, Failures>();
-  private readonly throttle: AuthThrottle;
+  private readonly logins: TerminalLogins;
   private readonly beforeAck: { filter: string; handler: Handler }[] = [];
   private readonly log: Logger;
   private readonly maxMessageBytes: number;
@@ -79,7 +85,14 @@ export class EmbeddedBroker implements MessageBus {
 
   constructor(private readonly opts: EmbeddedBrokerOptions) {
     this.log = opts.log.child({ ns: 'central.mqtt.broker' });
-    this.throttle = { ...AUTH_THROTTLE, ...opts.authThrottle };
+    this.logins = new TerminalLogins({
+      lookup: async (id) => (await opts.db.selectFrom('terminals').select('secret_hash').where('id', '=', id).executeTakeFirst())?.secret_hash ?? null,
+      throttle: opts.authThrottle,
+      maxPendingChecks: opts.maxPendingLogins,
+      cacheTtlMs: opts.loginCacheMs,
+      cacheMax: opts.loginCacheMs === 0 ? 0 : undefined,
+      log: this.log,
+    });
     this.maxMessageBytes = opts.maxMessageBytes ?? MAX_TERMINAL_MESSAGE_BYTES;
     this.maxSubscriptions = opts.maxSubscriptions ?? MAX_SUBSCRIPTIONS;
   }
@@ -112,11 +125,22 @@ export class EmbeddedBroker implements MessageBus {
   async start(): Promise<void> {
     const broker = await Aedes.createBroker({
       id: 'locker-central',
+      concurrency: AEDES_CONCURRENCY,
       authenticate: (client, username, password, done) => {
-        this.authenticate(client, username, password).then(
-          (ok) => {
-            if (ok === true) return done(null, true);
-            const err = ok === 'throttled' ? Object.assign(new Error('too many failed logins'), { returnCode: 5 as const }) : Object.assign(new Error('bad terminal id or secret'), { returnCode: 4 as const });
+        const conn = client.conn as { remoteAddress?: string; destroyed?: boolean; _readableState?: { ended?: boolean } } | undefined;
+        // closed: aedes closed the client, the socket is gone, or the terminal's end of it has
+        // arrived (aedes reads nothing while a login is checked, so its 'end' event waits; the
+        // stream has seen the EOF all the same: a terminal that gave up on this attempt)
+        const isClosed = () => !!(client.closed || conn?.destroyed || conn?._readableState?.ended);
+        this.logins.login({ clientId: client.id, username, password, address: conn?.remoteAddress ?? 'unknown', isClosed }).then(
+          (r) => {
+            if (r === 'ok') return done(null, true);
+            const err =
+              r === 'throttled'
+                ? Object.assign(new Error('too many failed logins'), { returnCode: 5 as const })
+                : r === 'bad'
+                  ? Object.assign(new Error('bad terminal id or secret'), { returnCode: 4 as const })
+                  : Object.assign(new Error(r === 'busy' ? 'server busy: too many logins in progress' : 'connection closed'), { returnCode: 3 as const });
             done(err as never, false);
           },
           (e) => {
@@ -214,61 +238,9 @@ export class EmbeddedBroker implements MessageBus {
     this.log.info({ listen: this.addr }, 'embedded MQTT broker listening');
   }
 
-  /**
-   * true: a provisioned terminal with its secret. The secret is checked with scrypt on the thread
-   * pool (never on the event loop), and failed logins are throttled per terminal id and address
-   * and per address: a blocked one is refused without running scrypt at all.
-   */
-  private async authenticate(client: Client, username: string | undefined, password: Buffer | undefined): Promise<boolean | 'throttled'> {
-    const address = (client.conn as { remoteAddress?: string } | undefined)?.remoteAddress ?? 'unknown';
-    const clientKey = `id:${client.id}@${address}`;
-    const addressKey = `addr:${address}`;
-    const now = Date.now();
-    for (const k of [clientKey, addressKey]) {
-      const f = this.failures.get(k);
-      if (f && f.blockedUntil > now) return 'throttled';
-    }
-    // every attempt counts as failed until it succeeded, so a burst of concurrent CONNECTs is
-    // throttled too (not only the ones after the first checks finished)
-    this.failed(clientKey, this.throttle.maxFailuresPerClient, { terminal: client.id, remote: address });
-    this.failed(addressKey, this.throttle.maxFailuresPerAddress, { remote: address });
-    const ok = await this.checkSecret(client, username, password);
-    if (ok) {
-      this.failures.delete(clientKey);
-      const f = this.failures.get(addressKey);
-      if (f && f.count > 0) f.count--;
-    }
-    return ok;
-  }
-
-  private failed(key: string, max: number, who: { terminal?: string; remote: string }): void {
-    const now = Date.now();
-    let f = this.failures.get(key);
-    if (!f || now - f.since > this.throttle.windowMs) f = { count: 0, since: now, blockedUntil: 0 };
-    f.count++;
-    if (f.count >= max) {
-      f.blockedUntil = now + this.throttle.blockMs;
-      f.count = 0;
-      f.since = now;
-      this.log.warn({ ...who, failures: max, blockSeconds: Math.round(this.throttle.blockMs / 1000), errorCode: 'AUTH_THROTTLED' }, 'too many failed terminal logins: further logins refused for a while without checking');
-    }
-    this.failures.set(key, f);
-    if (this.failures.size > 10_000) {
-      for (const [k, v] of this.failures) if (v.blockedUntil <= now && now - v.since > this.throttle.windowMs) this.failures.delete(k);
-    }
-  }
-
-  private async checkSecret(client: Client, username: string | undefined, password: Buffer | undefined): Promise<boolean> {
-    if (!username || !password || client.id !== username) return false;
-    const secret = password.toString('utf8');
-    const row = await this.opts.db.selectFrom('terminals').select(['id', 'secret_hash']).where('id', '=', username).executeTakeFirst();
-    if (!row) return false;
-    const key = `${username}\u0000${secret}`;
-    const hit = this.authCache.get(key);
-    if (hit && hit.hash === row.secret_hash && Date.now() - hit.at < AUTH_CACHE_MS) return true;
-    const ok = await verifySecretAsync(secret, row.secret_hash);
-    if (ok) this.authCache.set(key, { at: Date.now(), hash: row.secret_hash });
-    return ok;
+  /** login bookkeeping: checks in progress, cached logins, failure entries, scrypt checks run */
+  loginStats(): ReturnType<TerminalLogins['stats']> {
+    return this.logins.stats();
   }
 
   address(): string | null {
@@ -311,6 +283,7 @@ export class EmbeddedBroker implements MessageBus {
     const { server, broker } = this;
     this.server = null;
     this.broker = null;
+    this.logins.close();
     if (broker) await new Promise<void>((r) => broker.close(() => r()));
     if (server) await new Promise<void>((r) => server.close(() => r()));
   }
