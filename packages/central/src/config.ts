@@ -201,6 +201,12 @@ export const ConfigSchema = z
         maxMessageBytes: z.coerce.number().int().min(1024).default(256 * 1024),
         // embedded broker: distinct topic filters one terminal connection may subscribe to
         maxSubscriptions: z.coerce.number().int().min(1).default(16),
+        // embedded broker: terminal secret checks (scrypt) running at once; a login beyond them is
+        // refused at once with CONNACK 3 (server unavailable) and retried by the terminal
+        maxPendingLogins: z.coerce.number().int().min(1).default(4),
+        // embedded broker: a verified terminal login is remembered this long (no scrypt on a
+        // reconnect with the same secret while the stored hash is unchanged); 0: never
+        loginCacheSeconds: z.coerce.number().int().min(0).default(43_200),
       })
       .strict()
       .prefault({}),
@@ -298,6 +304,8 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_MQTT_USERNAME: ['mqtt', 'username'],
   LOCKER_MQTT_CLIENT_ID: ['mqtt', 'clientId'],
   LOCKER_MQTT_SHARED_GROUP: ['mqtt', 'sharedGroup'],
+  LOCKER_MQTT_MAX_PENDING_LOGINS: ['mqtt', 'maxPendingLogins'],
+  LOCKER_MQTT_LOGIN_CACHE_SECONDS: ['mqtt', 'loginCacheSeconds'],
   LOCKER_MQTT_PASSWORD: ['mqtt', 'password'],
   LOCKER_MQTT_MAX_MESSAGE_BYTES: ['mqtt', 'maxMessageBytes'],
   LOCKER_MQTT_MAX_SUBSCRIPTIONS: ['mqtt', 'maxSubscriptions'],
