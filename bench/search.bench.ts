@@ -56,6 +56,9 @@ function inputs(pupUid: string): { name: string; path: string; body: unknown }[]
       },
     },
     { name: 'GetAccounts fullName: 1 letter, last page', path: '/v1/Account/GetAccounts', body: { pageNo: Math.ceil(ACCOUNTS / 500), pageSize: 500, fullName: 'a' } },
+    // SQLite reads a page of the second half from the end (accounts/service.ts), so the deepest
+    // walk is the middle page
+    { name: 'GetAccounts fullName: 1 letter, middle page', path: '/v1/Account/GetAccounts', body: { pageNo: Math.ceil(ACCOUNTS / 500 / 2), pageSize: 500, fullName: 'a' } },
     { name: `GetAccountSuggestions searchText: ${L.maxWords} near-miss words`, path: '/v1/Account/GetAccountSuggestions', body: { pageNo: 1, pageSize: 500, searchText: longWords } },
   ];
 }

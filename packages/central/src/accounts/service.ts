@@ -2,14 +2,14 @@
 // person, e-mail globally unique via accounts.email_key); a tenant manages an account linked
 // (account_pups) to a pick up point it manages. One Kysely code path for SQLite and PostgreSQL.
 // Logs carry uids, tenant client ids and changed field NAMES only, never values.
-import { sql, type Kysely, type Selectable, type Transaction } from 'kysely';
+import { sql, type ExpressionBuilder, type Kysely, type Selectable, type Transaction } from 'kysely';
 import type { AccountsTable, Database } from '../db/schema';
 import type { AppContext, TenantPrincipal } from '../context';
 import type { Logger } from '../logger';
 import { ApiError, invalidRequest } from '../errors';
 import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
-import { canManageAccount, notOthersMainAccount } from './access';
+import { canManageAccount } from './access';
 import { AccountFailure } from './route';
 import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
@@ -17,6 +17,19 @@ import { contains, queryWords } from './search';
 
 type Q = Kysely<Database> | Transaction<Database>;
 export type AccountRow = Selectable<AccountsTable>;
+
+/**
+ * accounts/access.ts notOthersMainAccount in the form a search wants: not the main account of
+ * another tenant, unless it is the caller's main account too. The two tenant lists are read once
+ * per query (SQLite: a set and a bloom filter; PostgreSQL: hashed subplans), not once per row
+ * (tenants has no index on main_account_uid). main_account_uid is NOT NULL, so NOT IN is exact.
+ */
+function notOthersMainAccountSet(eb: ExpressionBuilder<Database & { a: Database['accounts'] }, 'a'>, tenant: TenantPrincipal) {
+  return eb.or([
+    eb('a.uid', 'not in', eb.selectFrom('tenants as mt').select('mt.main_account_uid').where('mt.uid', '<>', tenant.uid)),
+    eb('a.uid', 'in', eb.selectFrom('tenants as mt2').select('mt2.main_account_uid').where('mt2.uid', '=', tenant.uid)),
+  ]);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Field mapping
@@ -338,11 +351,32 @@ export class AccountService {
       throw new ApiError('InvalidPupUid', 'pupUid: unknown pick up point or not one you manage', 400);
     }
     if (tenant.pupUids.size === 0) return { items: [], total: 0, inc };
-    // bounded inputs, linear work per row: accounts/search.ts
+    // Bounded in cost (issue 12, item 4; docs/benchmarks.md "Worst allowed searches"): bounded
+    // inputs and linear work per row (accounts/search.ts); the fullName words are matched against
+    // the stored lower-cased full_name_key (migration 407); the tenant's accounts are decided once
+    // per row with two index lookups, another tenant's main account with a set built once per query.
     const engine = this.ctx.db.engine;
 
-    let base = this.db
-      .selectFrom('accounts as a')
+    // the filters first: SQLite tests the terms in this order, and the cheap ones rule out most rows
+    let base = this.db.selectFrom('accounts as a');
+    const t = (v: string | null | undefined) => (v ?? '').trim();
+    if (t(b.userName)) base = base.where(contains(engine, sql.ref('a.user_name_key'), t(b.userName).toLowerCase(), true));
+    if (t(b.emailAddress)) base = base.where(contains(engine, sql.ref('a.email_key'), t(b.emailAddress).toLowerCase(), true));
+    // full_name_key = lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), kept by the database
+    for (const word of queryWords(b.fullName)) base = base.where(contains(engine, sql.ref('a.full_name_key'), word, true));
+    if (t(b.phoneNumber)) {
+      let p = t(b.phoneNumber).replace(/[\s\-.()/]/g, '');
+      if (p.startsWith('00')) p = '+' + p.slice(2);
+      // phone numbers are stored normalized (+ and digits): no lower() needed
+      if (p) base = base.where(contains(engine, sql`coalesce(a.phone_number, '')`, p.toLowerCase(), true));
+    }
+    if (t(b.mailCode)) base = base.where('a.mail_code', '=', t(b.mailCode).toUpperCase());
+    if (t(b.pupUid)) {
+      const pup = t(b.pupUid);
+      base = base.where((eb) => eb.exists(eb.selectFrom('account_pups as ap2').select('ap2.account_uid').whereRef('ap2.account_uid', '=', 'a.uid').where('ap2.pup_uid', '=', pup)));
+    }
+    base = base
+      .where((eb) => notOthersMainAccountSet(eb, tenant))
       // linked to any PUP of the tenant: a join with tenant_pups, not an IN list of all its PUPs
       .where((eb) =>
         eb.exists(
@@ -353,35 +387,63 @@ export class AccountService {
             .whereRef('ap.account_uid', '=', 'a.uid')
             .where('tp.tenant_uid', '=', tenant.uid),
         ),
-      )
-      .where((eb) => notOthersMainAccount(eb, tenant));
-    const t = (v: string | null | undefined) => (v ?? '').trim();
-    if (t(b.pupUid)) {
-      const pup = t(b.pupUid);
-      base = base.where((eb) => eb.exists(eb.selectFrom('account_pups as ap2').select('ap2.account_uid').whereRef('ap2.account_uid', '=', 'a.uid').where('ap2.pup_uid', '=', pup)));
-    }
-    if (t(b.userName)) base = base.where(contains(engine, sql.ref('a.user_name_key'), t(b.userName).toLowerCase(), true));
-    if (t(b.emailAddress)) base = base.where(contains(engine, sql.ref('a.email_key'), t(b.emailAddress).toLowerCase(), true));
-    const full = sql`coalesce(a.first_name, '') || ' ' || coalesce(a.last_name, '')`;
-    for (const word of queryWords(b.fullName)) base = base.where(contains(engine, full, word));
-    if (t(b.phoneNumber)) {
-      let p = t(b.phoneNumber).replace(/[\s\-.()/]/g, '');
-      if (p.startsWith('00')) p = '+' + p.slice(2);
-      // phone numbers are stored normalized (+ and digits): no lower() needed
-      if (p) base = base.where(contains(engine, sql`coalesce(a.phone_number, '')`, p.toLowerCase(), true));
-    }
-    if (t(b.mailCode)) base = base.where('a.mail_code', '=', t(b.mailCode).toUpperCase());
+      );
 
-    const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
-    const rows = await base
-      .leftJoin('pups as p', 'p.uid', 'a.main_pup_uid')
-      .selectAll('a')
-      .select('p.name as pup_name')
-      .orderBy('a.user_name_key')
-      .orderBy('a.uid')
-      .limit(b.pageSize)
-      .offset((b.pageNo - 1) * b.pageSize)
-      .execute();
+    const offset = (b.pageNo - 1) * b.pageSize;
+    let total: number;
+    let uids: string[];
+    if (engine === 'postgres') {
+      // One statement: the matches are scanned once (hash semi-join with the tenant's links), the
+      // total counted over all of them, and only the page's uids sorted out of them (top-N).
+      const page = await base
+        .select((eb) => ['a.uid', eb.fn.countAll<string>().over().as('total')])
+        .orderBy('a.user_name_key')
+        .orderBy('a.uid')
+        .limit(b.pageSize)
+        .offset(offset)
+        .execute();
+      if (page.length > 0) {
+        total = Number(page[0]!.total);
+        uids = page.map((r) => r.uid);
+      } else {
+        // past the last page (or nothing found): the window gave no row to read the total from
+        const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
+        total = Number(n);
+        uids = [];
+      }
+    } else {
+      // SQLite: the count, then the page's uids, both walking the narrow covering index
+      // accounts_search in the answer's order (no sort, no table row but the page's). A page in
+      // the second half of the result is read from the end (descending, skipping the rows after
+      // it), so no page walks more than half the matches. One statement for both (a window, or
+      // every match's uid) measured slower: the window buffers and sorts every match, and
+      // returning every uid costs more than the second walk.
+      const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
+      total = Number(n);
+      uids = [];
+      if (offset < total) {
+        const size = Math.min(b.pageSize, total - offset);
+        const fromEnd = total - offset - size;
+        const reverse = fromEnd < offset;
+        const dir = reverse ? 'desc' : 'asc';
+        const page = await base
+          .select('a.uid')
+          .orderBy('a.user_name_key', dir)
+          .orderBy('a.uid', dir)
+          .limit(size)
+          .offset(reverse ? fromEnd : offset)
+          .execute();
+        uids = page.map((r) => r.uid);
+        if (reverse) uids.reverse();
+      }
+    }
+    const byUid = new Map<string, Selectable<AccountsTable> & { pup_name: string | null }>();
+    if (uids.length > 0) {
+      const fetched = await this.db.selectFrom('accounts as a').leftJoin('pups as p', 'p.uid', 'a.main_pup_uid').selectAll('a').select('p.name as pup_name').where('a.uid', 'in', uids).execute();
+      for (const r of fetched) byUid.set(r.uid, r);
+    }
+    // an account removed between the page query and this fetch is left out, as if removed before
+    const rows = uids.flatMap((u) => byUid.get(u) ?? []);
     const items = rows.map((r) => {
       const f = accountFields(r, r.pup_name ?? null, AccountService.seesPup(tenant, r.main_pup_uid));
       const item: Record<string, unknown> = { userUid: f.userUid, userName: f.userName, canManage: true };
@@ -394,7 +456,7 @@ export class AccountService {
       if (inc.phone) item.phoneNumber = f.phoneNumber;
       return item as { userUid: string; userName: string; canManage: boolean } & Partial<AccountFields>;
     });
-    return { items, total: Number(n), inc };
+    return { items, total, inc };
   }
 
   // --- GetAccountPickUpPoint ----------------------------------------------------------------

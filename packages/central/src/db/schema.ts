@@ -87,6 +87,11 @@ export interface AccountsTable {
   email_address: string;
   /** lower-cased e-mail address, globally unique */
   email_key: string;
+  /**
+   * lower(coalesce(first_name,'') || ' ' || coalesce(last_name,'')), kept by the database (migration
+   * 407: a generated column on PostgreSQL, triggers on SQLite): never written by the application
+   */
+  full_name_key: Generated<string>;
   first_name: string | null;
   last_name: string | null;
   phone_number: string | null;

@@ -19,6 +19,7 @@ import * as m403 from './403_terminal_clock';
 import * as m404 from './404_lock_observations';
 import * as m405 from './405_edge_ordering';
 import * as m406 from './406_pin_throttle';
+import * as m407 from './407_account_search';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -39,4 +40,5 @@ export const migrations: Record<string, Migration> = {
   '404_lock_observations': m404,
   '405_edge_ordering': m405,
   '406_pin_throttle': m406,
+  '407_account_search': m407,
 };
