@@ -11,7 +11,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['**/cli.ts', '**/bin/**', 'bench/**', 'firmware-sim/src/cli.ts', 'test-support/**', '**/test/**'],
+    files: ['**/cli.ts', '**/bin/**', 'bench/**', 'scripts/**', 'firmware-sim/src/cli.ts', 'test-support/**', '**/test/**'],
     rules: { 'no-console': 'off' },
   },
 );

@@ -102,7 +102,7 @@ async function cpuPolling(windowMs: number) {
       }
     });
   `;
-  const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: process.cwd(), stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, ['--conditions=@locker/source', '--import', 'tsx', '--input-type=module', '-e', script], { cwd: process.cwd(), stdio: ['pipe', 'pipe', 'inherit'] });
   const lines = readline.createInterface({ input: child.stdout! });
   const it = lines[Symbol.asyncIterator]();
   const next = async () => JSON.parse(((await it.next()).value as string) ?? '{}');

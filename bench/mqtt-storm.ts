@@ -61,10 +61,10 @@ async function main() {
   const tsx = path.join(root, 'node_modules/.bin/tsx');
   const cli = path.join(root, 'packages/central/src/cli.ts');
   const p0 = Date.now();
-  execFileSync(tsx, [cli, 'provision', file], { env, stdio: ['ignore', 'ignore', 'inherit'] });
+  execFileSync(tsx, ['--conditions=@locker/source', cli, 'provision', file], { env, stdio: ['ignore', 'ignore', 'inherit'] });
   console.error(`provisioned ${N} terminals in ${Date.now() - p0} ms`);
 
-  const central: ChildProcess = spawn(tsx, [cli, 'serve'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  const central: ChildProcess = spawn(tsx, ['--conditions=@locker/source', cli, 'serve'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   central.stderr!.on('data', (d) => (stderr = (stderr + d).slice(-20_000)));
   let exit: { code: number | null; signal: string | null; atMs: number } | null = null;

@@ -26,6 +26,7 @@ import { AccessThrottle, TERMINAL } from './throttle';
 import { expireSessions, journalInput, lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
 import { DiagnosticsServer } from './diagnostics';
 import { createAgentLogger } from './logger';
+import { AgentMetrics, AgentMetricsServer } from './metrics';
 
 export const AGENT_VERSION: string = (() => {
   try {
@@ -77,6 +78,9 @@ export class Agent {
   buses!: LockBusManager;
   scanners: ScannerReader[] = [];
   diagnostics: DiagnosticsServer | null = null;
+  /** the Prometheus metrics (counted always; served when metrics.enabled: metricsServer) */
+  metrics!: AgentMetrics;
+  metricsServer: AgentMetricsServer | null = null;
   private log!: Logger;
   private sessions: Sessions = {};
   /** sessions restored from the journal at start, not yet compared with their board's first poll */
@@ -135,7 +139,22 @@ export class Agent {
       reconnect: b.reconnect,
     }));
     this.buses = new LockBusManager(busOptions, root);
-    for (const ev of BUS_EVENTS) this.buses.on(ev, (e: any) => this.onBusEvent(ev, e));
+    this.metrics = new AgentMetrics(
+      {
+        journalUnsent: () => this.store.unsentCount(),
+        mqttConnected: () => this.link.connected,
+        codesHeld: () => this.store.codesMeta().count,
+        codesAgeSeconds: () => this.offlineMs() / 1000,
+        boards: () => this.busHealth().map((b) => ({ bus: b.name, portOpen: b.portOpen, boards: b.boards })),
+      },
+      { defaultMetrics: cfg.metrics.enabled },
+    );
+    this.buses.on('transaction', (e) => this.metrics.transaction(e));
+    for (const ev of BUS_EVENTS)
+      this.buses.on(ev, (e: any) => {
+        this.metrics.busEvent(ev, e);
+        this.onBusEvent(ev, e);
+      });
     this.buses.on('portClosed', (e) => {
       if (!this.running || this.stopping || this.portDown.has(e.bus)) return;
       this.portDown.add(e.bus);
@@ -187,6 +206,10 @@ export class Agent {
       this.diagnostics = new DiagnosticsServer({ agent: this, host: cfg.diagnostics.host, port: cfg.diagnostics.port, password: cfg.diagnostics.technicianPassword ?? null, log: root });
       await this.diagnostics.start();
     }
+    if (cfg.metrics.enabled) {
+      this.metricsServer = new AgentMetricsServer(this.metrics, { host: cfg.metrics.host, port: cfg.metrics.port, log: root.child({ ns: 'agent.metrics' }) });
+      await this.metricsServer.start();
+    }
     this.timers.push(setInterval(() => void this.link.publishStatus().catch(() => undefined), cfg.mqtt.statusIntervalSeconds * 1000));
     this.timers.push(setInterval(() => this.prune(), 3600_000));
     for (const t of this.timers) t.unref();
@@ -201,6 +224,7 @@ export class Agent {
     this.timers = [];
     if (this.statusTimer) clearTimeout(this.statusTimer);
     await this.diagnostics?.stop();
+    await this.metricsServer?.stop();
     for (const s of this.scanners) await s.stop();
     await this.credentialChain.catch(() => undefined);
     // bus events (a door closing right now) are journalled until the buses have stopped

@@ -100,6 +100,15 @@ export const AgentConfigSchema = z
       })
       .strict()
       .prefault({}),
+    metrics: z
+      .object({
+        /** serve GET /metrics (Prometheus) on a listener of its own; no authentication: keep it on a private network */
+        enabled: z.boolean().default(false),
+        host: z.string().min(1).default('127.0.0.1'),
+        port: z.number().int().min(0).max(65535).default(9465),
+      })
+      .strict()
+      .prefault({}),
     log: z
       .object({
         level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -114,6 +123,9 @@ export const AgentConfigSchema = z
       if (seen.has(b.name)) ctx.addIssue({ code: 'custom', path: ['buses', i, 'name'], message: `duplicate bus name ${b.name}` });
       seen.add(b.name);
     });
+    if (c.metrics.enabled && c.diagnostics.enabled && c.metrics.port !== 0 && c.metrics.port === c.diagnostics.port && c.metrics.host === c.diagnostics.host) {
+      ctx.addIssue({ code: 'custom', path: ['metrics', 'port'], message: `the diagnostics page's port (diagnostics.port ${c.diagnostics.port}): the metrics endpoint needs a listener of its own` });
+    }
   });
 
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
@@ -134,6 +146,9 @@ export const AGENT_ENV_MAP: Record<string, { path: string[]; type: 'string' | 'n
   LOCKER_AGENT_DIAGNOSTICS_HOST: { path: ['diagnostics', 'host'], type: 'string' },
   LOCKER_AGENT_DIAGNOSTICS_PORT: { path: ['diagnostics', 'port'], type: 'number' },
   LOCKER_AGENT_TECHNICIAN_PASSWORD: { path: ['diagnostics', 'technicianPassword'], type: 'string' },
+  LOCKER_AGENT_METRICS_ENABLED: { path: ['metrics', 'enabled'], type: 'boolean' },
+  LOCKER_AGENT_METRICS_HOST: { path: ['metrics', 'host'], type: 'string' },
+  LOCKER_AGENT_METRICS_PORT: { path: ['metrics', 'port'], type: 'number' },
   LOCKER_AGENT_LOG_LEVEL: { path: ['log', 'level'], type: 'string' },
 };
 

@@ -19,10 +19,16 @@ import { accountRoutes } from './api/accounts';
 import { logisticsRoutes } from './api/logistics';
 import { platformRoutes } from './api/platform';
 import { idempotencyPlugin } from './http/idempotency';
+import { readyRoutes } from './http/ready';
 import { findNul } from './nul';
 import { redactUrl } from '@locker/common';
+import { centralMetrics, requestOutcome } from './ops/metrics';
+
+/** the envelope error code of an answer (the metrics' outcome label; ops/metrics.ts) */
+const replyErrorCodes = new WeakMap<FastifyReply, string>();
 
 function envelopeError(reply: FastifyReply, status: number, code: string, message: string) {
+  replyErrorCodes.set(reply, code);
   return reply.code(status).type('application/json; charset=utf-8').send({ success: false, error: code, message });
 }
 
@@ -113,11 +119,14 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
   // One log line per request, with its id; never bodies, never the Authorization header. The path
   // is the route's pattern, or for an unknown route the path as sent with e-mail-like and
   // code-like segments redacted (a mistyped URL may carry an address or a PIN); no query string.
+  const metricsOn = ctx.config.metrics.enabled;
   app.addHook('onResponse', async (req, reply) => {
     req.log.info(
       { ns: 'central.http', method: req.method, path: req.routeOptions.url ?? redactUrl(req.url.split('?')[0]!), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, tenant: req.tenant?.clientId },
       'request',
     );
+    // request rate and latency per route template and outcome (never the raw URL): metrics.enabled only
+    if (metricsOn) centralMetrics.httpRequestDuration.observe({ method: req.method, route: req.routeOptions.url ?? 'unmatched', outcome: requestOutcome(reply.statusCode, replyErrorCodes.get(reply)) }, reply.elapsedTime / 1000);
   });
   app.addHook('onSend', async (req, reply) => {
     reply.header('x-request-id', req.id);
@@ -213,6 +222,8 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
   await app.register(async (scope) => platformRoutes(scope, ctx));
 
   app.get('/health', { schema: { hide: true } }, async () => ({ success: true, error: null, message: null, status: 'ok' }));
+  // /ready: the database answers and the MQTT bus is up (http/ready.ts); /health: the process answers
+  readyRoutes(app, ctx);
 });
 
 declare module 'fastify' {

@@ -4,7 +4,6 @@
 import { describe, expect, it } from 'vitest';
 import { disagreements, observe, type LockerHolding, type LockObservation, type ObservedEvent } from '../src/edge/observations';
 import { formatDisagreements } from '../src/ops/disagreements-report';
-import { renderMetrics } from '../src/ops/metrics';
 
 const L = { lockerUid: 'locker-1', pupUid: 'pup-1' };
 let n = 0;
@@ -127,12 +126,5 @@ describe('disagreements (table)', () => {
     expect(got.map((d) => `${d.pupName}/${d.lockerName}/${d.kind}`)).toEqual(['Alpha/A-01/item-without-shipment', 'Alpha/A-02/item-without-dropoff', 'Beta/B-02/item-without-dropoff']);
     expect(formatDisagreements(got)).toMatch(/^Alpha \(p1\): 2 disagreements\n {2}A-01 .*item-without-shipment .*since .*\n {2}A-02 .*shipment ship-1 ReadyForDropoff.*\nBeta \(p2\): 1 disagreement\n/);
     expect(formatDisagreements([])).toBe('no disagreements\n');
-  });
-});
-
-describe('Prometheus text format', () => {
-  it('HELP, TYPE, labels escaped, one sample a line', () => {
-    const text = renderMetrics([{ name: 'locker_lock_disagreements', help: 'a "help"\nline', type: 'gauge', samples: [{ labels: { pup: 'p"1\\', kind: 'jammed' }, value: 2 }, { labels: {}, value: 0 }] }]);
-    expect(text).toBe('# HELP locker_lock_disagreements a "help"\\nline\n# TYPE locker_lock_disagreements gauge\nlocker_lock_disagreements{pup="p\\"1\\\\",kind="jammed"} 2\nlocker_lock_disagreements 0\n');
   });
 });

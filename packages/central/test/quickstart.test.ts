@@ -116,10 +116,11 @@ describe('quickstart: npm start (demo/start.ts) runs the whole system', () => {
   const state = async () => (await (await fetch(`${diag}/api/state`)).json()) as any;
   const type = (line: string) => child!.stdin!.write(`${line}\n`);
 
-  it('is what the README runs: npm start = tsx demo/start.ts', () => {
-    expect(START).toBe('tsx demo/start.ts');
+  it('is what the README runs: npm start = tsx (on the sources) demo/start.ts', () => {
+    expect(START).toBe('tsx --conditions=@locker/source demo/start.ts');
     const readme = fs.readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-    expect(readme).toContain('npm install && npm start');
+    expect(readme).toContain('npm ci && npm start');
+    expect(readme).toContain('npm ci && npm test');
   });
 
   it('starts and prints the API, diagnostics page, credentials and the terminal connected', async () => {

@@ -1,17 +1,20 @@
 // Wiring check for a lock bus (commissioning): which boards answer, their locks and items, and
 // signs of two boards set to the same address (garbled answers). Also a one-off unlock.
 //
-//   npx tsx packages/lockbus/src/cli.ts scan   --port /dev/ttyUSB0 --dialect kerong-cu16 [--baud 19200] [--boards 0-14] [--polarity closed-high] [--json]
-//   npx tsx packages/lockbus/src/cli.ts unlock --port /dev/ttyUSB0 --dialect kerong-cu16 --board 0 --lock 3 [--watch 5000]
+//   locker-lockbus scan   --port /dev/ttyUSB0 --dialect kerong-cu16 [--baud 19200] [--boards 0-14] [--polarity closed-high] [--json]
+//   locker-lockbus unlock --port /dev/ttyUSB0 --dialect kerong-cu16 --board 0 --lock 3 [--watch 5000]
 //
-// Exit codes: 0 ok, 1 usage or port error, 2 scan found no board / unlock not confirmed.
-import { parseArgs } from 'node:util';
+// Exit codes (EXIT): 0 ok, 1 port or bus error, 2 usage (an unknown flag, a bad or missing value:
+// one line on stderr), 3 scan found no board / unlock not confirmed. --help: usage, exit 0.
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
+import { parseCliArgs } from '@locker/common';
 import { dialects, isDialectName, type Dialect } from './codec/index';
 import { LockBus, type Polarity } from './driver/lock-bus';
 import { LockBusError } from './errors';
 import { resolveBaudRate } from './transport/factory';
+
+export const EXIT = { ok: 0, error: 1, usage: 2, noAnswer: 3 } as const;
 
 export interface BoardScan {
   address: number;
@@ -32,9 +35,32 @@ export interface ScanReport {
   boards: BoardScan[];
 }
 
-const USAGE = `usage:
-  locker-lockbus scan   --port <tty|tcp://host:port> --dialect <${Object.keys(dialects).join('|')}> [--baud N] [--boards 0-14|1,2,5] [--polarity closed-high|closed-low] [--locks N] [--timeout ms] [--json]
-  locker-lockbus unlock --port <...> --dialect <...> --board N --lock N [--baud N] [--polarity ...] [--watch ms]`;
+export const USAGE = `locker-lockbus: wiring check of a lock bus (which boards answer), and a one-off unlock
+
+Usage:
+  locker-lockbus scan   --port <tty|tcp://host:port> --dialect <${Object.keys(dialects).join('|')}> [--baud N] [--boards 0-14|1,2,5] [--polarity closed-high|closed-low] [--locks N] [--timeout ms] [--json] [--verbose]
+  locker-lockbus unlock --port <...> --dialect <...> --board N --lock N [--baud N] [--polarity ...] [--locks N] [--watch ms] [--verbose]
+  locker-lockbus --help
+
+Exit codes: 0 ok; 1 port or bus error; 2 usage (unknown flag, bad or missing value);
+3 scan found no board, or unlock not confirmed (board silent, door did not open).`;
+
+class UsageError extends Error {}
+
+const usageError = (msg: string): never => {
+  throw new UsageError(msg);
+};
+
+/** An integer flag within [min, max], or the fallback when absent; anything else is a usage error. */
+function intFlag(values: Record<string, string | boolean | undefined>, name: string, fallback: number | undefined, min: number, max?: number): number {
+  const raw = values[name];
+  if (raw === undefined) return fallback ?? usageError(`--${name} is required (see --help)`);
+  const n = Number(raw);
+  if (typeof raw !== 'string' || !/^\d+$/.test(raw) || n < min || (max !== undefined && n > max)) {
+    usageError(`--${name} must be an integer ${max === undefined ? `>= ${min}` : `${min}..${max}`}, got ${JSON.stringify(raw)} (see --help)`);
+  }
+  return n;
+}
 
 export function parseBoards(spec: string, d: Dialect): number[] {
   const out = new Set<number>();
@@ -109,15 +135,26 @@ export function formatReport(r: ScanReport): string {
   return lines.join('\n');
 }
 
-export async function main(argv: string[], out: (s: string) => void = (s) => console.log(s)): Promise<number> {
-  const [cmd, ...rest] = argv;
-  if (cmd !== 'scan' && cmd !== 'unlock') {
-    out(USAGE);
-    return 1;
-  }
-  let values: Record<string, string | boolean | undefined>;
+export async function main(argv: string[], out: (s: string) => void = (s) => console.log(s), err: (s: string) => void = (s) => console.error(s)): Promise<number> {
   try {
-    ({ values } = parseArgs({
+    return await run(argv, out);
+  } catch (e) {
+    if (!(e instanceof UsageError)) throw e;
+    err(`locker-lockbus: ${e.message}`);
+    return EXIT.usage;
+  }
+}
+
+async function run(argv: string[], out: (s: string) => void): Promise<number> {
+  const [cmd, ...rest] = argv;
+  if (cmd === '--help' || cmd === '-h' || cmd === 'help') {
+    out(USAGE);
+    return EXIT.ok;
+  }
+  if (cmd === undefined) usageError('a command is required: scan or unlock (see --help)');
+  if (cmd !== 'scan' && cmd !== 'unlock') usageError(cmd!.startsWith('-') ? `unknown option ${cmd} (see --help)` : `unknown command ${cmd}: scan or unlock (see --help)`);
+  const { values } = parseCliArgs(
+    {
       args: rest,
       options: {
         port: { type: 'string' },
@@ -132,72 +169,71 @@ export async function main(argv: string[], out: (s: string) => void = (s) => con
         watch: { type: 'string' },
         json: { type: 'boolean' },
         verbose: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
       },
-    }));
-  } catch (err) {
-    out(`${(err as Error).message}\n${USAGE}`);
-    return 1;
+    },
+    usageError,
+  );
+  if (values.help) {
+    out(USAGE);
+    return EXIT.ok;
   }
-  const port = values.port as string | undefined;
-  const dialectName = (values.dialect as string | undefined) ?? '';
-  if (!port || !isDialectName(dialectName)) {
-    out(`--port and --dialect are required\n${USAGE}`);
-    return 1;
-  }
-  const d = dialects[dialectName];
-  const polarity = ((values.polarity as string | undefined) ?? 'closed-high') as Polarity;
-  if (polarity !== 'closed-high' && polarity !== 'closed-low') {
-    out('--polarity must be closed-high or closed-low');
-    return 1;
-  }
+  const port = values.port;
+  if (!port) usageError('--port is required (see --help)');
+  const dialectName = values.dialect;
+  if (!dialectName) usageError('--dialect is required (see --help)');
+  if (!isDialectName(dialectName!)) usageError(`unknown dialect ${dialectName}: one of ${Object.keys(dialects).join(', ')} (see --help)`);
+  const d = dialects[dialectName as keyof typeof dialects];
+  const polarity = (values.polarity ?? 'closed-high') as Polarity;
+  if (polarity !== 'closed-high' && polarity !== 'closed-low') usageError(`--polarity must be closed-high or closed-low, got ${JSON.stringify(polarity)} (see --help)`);
   // --baud, else ?baud= in --port, else the dialect default: resolved once, by the driver's rule
+  const baud = values.baud === undefined ? undefined : intFlag(values, 'baud', undefined, 1);
   let baudRate: number;
   try {
-    baudRate = resolveBaudRate(port, values.baud ? Number(values.baud) : undefined, d.defaultBaudRate);
-  } catch (err) {
-    out((err as Error).message);
-    return 1;
+    baudRate = resolveBaudRate(port!, baud, d.defaultBaudRate);
+  } catch (e) {
+    return usageError(`${(e as Error).message} (see --help)`);
   }
   // locks fitted per board (the wire carries more bits than a small board has: 8A/80 sends 24+)
-  const locks = values.locks ? Number(values.locks) : d.locksPerBoard;
-  if (!Number.isInteger(locks) || locks < 1 || locks > d.maxLocks) {
-    out(`--locks must be 1..${d.maxLocks}`);
-    return 1;
+  const locks = intFlag(values, 'locks', d.locksPerBoard, 1, d.maxLocks);
+  const replyTimeoutMs = intFlag(values, 'timeout', 150, 1, 60_000);
+  let addresses: number[] = [];
+  if (cmd === 'scan') {
+    try {
+      addresses = parseBoards(values.boards ?? `${d.boardRange[0]}-${Math.min(d.boardRange[1], d.boardRange[0] + 15)}`, d);
+    } catch (e) {
+      return usageError(`${(e as Error).message} (see --help)`);
+    }
   }
+  const board = cmd === 'unlock' ? intFlag(values, 'board', undefined, d.boardRange[0], d.boardRange[1]) : 0;
+  const lock = cmd === 'unlock' ? intFlag(values, 'lock', undefined, 1, d.maxLocks) : 0;
+  const watchMs = intFlag(values, 'watch', 5000, 1);
   const logger = pino({ level: values.verbose ? 'debug' : 'silent' });
   try {
     if (cmd === 'scan') {
-      const addresses = parseBoards((values.boards as string | undefined) ?? `${d.boardRange[0]}-${Math.min(d.boardRange[1], d.boardRange[0] + 15)}`, d);
       const bus = new LockBus({
         name: 'scan',
-        port,
+        port: port!,
         dialect: d,
         baudRate,
         polarity,
         boards: addresses.map((address) => ({ address, locks })),
         polling: false,
         failIfPortMissing: true,
-        replyTimeoutMs: values.timeout ? Number(values.timeout) : 150,
+        replyTimeoutMs,
         logger,
       });
       await bus.start();
       try {
-        const report: ScanReport = { port, dialect: d.name, baudRate, polarity, boards: await scanBus(bus, addresses) };
+        const report: ScanReport = { port: port!, dialect: d.name, baudRate, polarity, boards: await scanBus(bus, addresses) };
         out(values.json ? JSON.stringify(report, null, 2) : formatReport(report));
-        return report.boards.some((b) => b.result !== 'no-answer') ? 0 : 2;
+        return report.boards.some((b) => b.result !== 'no-answer') ? EXIT.ok : EXIT.noAnswer;
       } finally {
         await bus.stop();
       }
     }
     // unlock
-    const board = Number(values.board);
-    const lock = Number(values.lock);
-    if (!Number.isInteger(board) || !Number.isInteger(lock)) {
-      out(`--board and --lock are required\n${USAGE}`);
-      return 1;
-    }
-    const watchMs = values.watch ? Number(values.watch) : 5000;
-    const bus = new LockBus({ name: 'cli', port, dialect: d, baudRate, polarity, boards: [{ address: board, locks: Math.max(locks, lock) }], failIfPortMissing: true, jamWindowMs: watchMs, logger });
+    const bus = new LockBus({ name: 'cli', port: port!, dialect: d, baudRate, polarity, boards: [{ address: board, locks: Math.max(locks, lock) }], failIfPortMissing: true, jamWindowMs: watchMs, logger });
     await bus.start();
     try {
       await new Promise<void>((resolve) => {
@@ -209,7 +245,7 @@ export async function main(argv: string[], out: (s: string) => void = (s) => con
       });
       if (bus.boardOnline(board) !== true) {
         out(`board ${board} does not answer`);
-        return 2;
+        return EXIT.noAnswer;
       }
       const outcome = new Promise<string>((resolve) => {
         bus.on('doorOpened', (e) => e.lock === lock && resolve(`door ${board}/${lock} opened`));
@@ -218,17 +254,17 @@ export async function main(argv: string[], out: (s: string) => void = (s) => con
       const before = bus.locks(board)[lock - 1];
       const r = await bus.unlock(board, lock);
       out(`unlock sent to board ${board} lock ${lock}${before?.door === 'open' ? ' (door was already open)' : ''}${r.reply ? `; board answered ${JSON.stringify(r.reply)}` : ''}`);
-      if (before?.door === 'open') return 0;
+      if (before?.door === 'open') return EXIT.ok;
       const msg = await outcome;
       out(msg);
-      return msg.includes('opened') ? 0 : 2;
+      return msg.includes('opened') ? EXIT.ok : EXIT.noAnswer;
     } finally {
       await bus.stop();
     }
-  } catch (err) {
-    const code = err instanceof LockBusError ? err.code : 'ERROR';
-    out(`error ${code}: ${(err as Error).message}`);
-    return 1;
+  } catch (e) {
+    const code = e instanceof LockBusError ? e.code : 'ERROR';
+    out(`error ${code}: ${(e as Error).message}`);
+    return EXIT.error;
   }
 }
 

@@ -1,11 +1,16 @@
 // Wiring-check CLI against the simulator over a real pty (in-process main(); one spawn of the
 // real bin for the exit code).
 import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Simulator } from '@locker/firmware-sim';
-import { main, parseBoards } from '../src/cli';
+import { EXIT, main, parseBoards } from '../src/cli';
 import { dialects } from '../src/index';
+
+/** the repository root (the bin is run from there, whatever the clone's path) */
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 
 describe('locker-lockbus CLI', () => {
   const sim = new Simulator({
@@ -23,7 +28,11 @@ describe('locker-lockbus CLI', () => {
 
   async function run(args: string[]) {
     const lines: string[] = [];
-    const code = await main(args, (s) => lines.push(s));
+    const code = await main(
+      args,
+      (s) => lines.push(s),
+      (s) => lines.push(s),
+    );
     return { code, text: lines.join('\n') };
   }
 
@@ -61,7 +70,7 @@ describe('locker-lockbus CLI', () => {
     expect(code).toBe(0);
     expect(JSON.parse(text).baudRate).toBe(9600);
     const bad = await run(['scan', '--port', `${cu.path!}?baud=9600`, '--baud', '19200', '--dialect', 'kerong-cu16', '--boards', '0']);
-    expect(bad.code).toBe(1);
+    expect(bad.code).toBe(2); // contradicting flags: a usage error
     expect(bad.text).toContain('says 9600 baud but 19200 is configured');
   });
 
@@ -75,11 +84,12 @@ describe('locker-lockbus CLI', () => {
     expect(text).toContain('same address');
   });
 
-  it('scan finds nothing on a silent bus: exit 2', async () => {
+  it('scan finds nothing on a silent bus: exit 3', async () => {
     const cu = sim.bus('cu');
     cu.faults.set({ noReply: true });
     const { code, text } = await run(['scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '0-1', '--timeout', '60']);
-    expect(code).toBe(2);
+    expect(code).toBe(EXIT.noAnswer);
+    expect(code).toBe(3);
     expect(text).toContain('no board answers');
   });
 
@@ -98,20 +108,30 @@ describe('locker-lockbus CLI', () => {
     expect(text).toContain('PORT_OPEN_FAILED');
   });
 
-  it('usage errors', async () => {
-    expect((await run([])).code).toBe(1);
-    expect((await run(['scan', '--port', 'x', '--dialect', 'nope'])).text).toContain('--dialect are required');
+  it('usage errors: one line, exit 2; --help: exit 0', async () => {
+    expect(await run([])).toEqual({ code: 2, text: 'locker-lockbus: a command is required: scan or unlock (see --help)' });
+    expect(await run(['scan', '--port', 'x', '--dialect', 'nope'])).toEqual({ code: 2, text: 'locker-lockbus: unknown dialect nope: one of kerong-cu16, kerong-48, generic-8a80 (see --help)' });
+    expect(await run(['scan', '--dialect', 'kerong-cu16'])).toEqual({ code: 2, text: 'locker-lockbus: --port is required (see --help)' });
+    expect(await run(['scan', '--port', 'x', '--dialect', 'kerong-cu16', '--timeout', 'soon'])).toEqual({ code: 2, text: 'locker-lockbus: --timeout must be an integer 1..60000, got "soon" (see --help)' });
+    expect(await run(['unlock', '--port', 'x', '--dialect', 'kerong-cu16', '--board', '0'])).toEqual({ code: 2, text: 'locker-lockbus: --lock is required (see --help)' });
+    expect(await run(['scan', '--port', 'x', '--dialect', 'kerong-cu16', '--bogus'])).toEqual({ code: 2, text: 'locker-lockbus: unknown option --bogus (see --help)' });
+    expect(await run(['scan', '--port'])).toEqual({ code: 2, text: "locker-lockbus: Option '--port <value>' argument missing (see --help)" });
+    expect(await run(['scan', '--port', 'x', '--dialect', 'kerong-cu16', '--boards', '0-99'])).toEqual({ code: 2, text: 'locker-lockbus: board 15 outside 0..14 for kerong-cu16 (see --help)' });
+    const help = await run(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.text).toMatch(/^locker-lockbus: .*\n\nUsage:/);
+    expect((await run(['scan', '--help'])).code).toBe(0);
     expect(parseBoards('0-2,5', dialects['kerong-cu16'])).toEqual([0, 1, 2, 5]);
     expect(() => parseBoards('0', dialects['generic-8a80'])).toThrow(/outside 1..31/);
   });
 
-  it('the bin runs (exit code 2 on a silent bus)', async () => {
+  it('the bin runs (exit code 3 on a silent bus)', async () => {
     const cu = sim.bus('cu');
     cu.faults.set({ noReply: true });
     const r = await promisify(execFile)(process.execPath, ['packages/lockbus/bin/locker-lockbus.js', 'scan', '--port', cu.path!, '--dialect', 'kerong-cu16', '--boards', '0', '--timeout', '50'], {
-      cwd: '/work/main',
+      cwd: ROOT,
     }).catch((e: { code: number; stdout: string }) => e);
-    expect((r as { code?: number }).code).toBe(2);
+    expect((r as { code?: number }).code).toBe(3);
     expect((r as { stdout: string }).stdout).toContain('board  0: no answer');
   });
 });

@@ -35,6 +35,7 @@ import { createGuardedAgent } from '../net/dispatcher';
 import { resolverFor, type Resolver } from '../net/resolve';
 import { authHeaders } from './signing';
 import { backoffMs } from './backoff';
+import { centralMetrics } from '../ops/metrics';
 
 export const CALLBACK_WORKER_NAME = 'callbacks.delivery';
 const LEASE_MARGIN_MS = 60_000;
@@ -245,6 +246,7 @@ export class CallbackDeliveryWorker implements Worker {
     if (!reg?.url) {
       // Callbacks were disabled after the message was queued: it is not delivered.
       await this.finish(row, { status: 'skipped', lease_until: null, lease_owner: null, last_error: 'no callback URL configured' });
+      centralMetrics.callbackDeliveries.inc({ outcome: 'skipped' });
       this.log.info({ eventId: row.event_id, shipmentUid: row.shipment_uid, tenantUid: row.tenant_uid }, 'callback skipped: callbacks disabled');
       return;
     }
@@ -298,6 +300,7 @@ export class CallbackDeliveryWorker implements Worker {
     if (error == null) {
       await this.finish(row, { status: 'delivered', attempts, delivered_at: toDbTime(done), last_status: status, last_error: null, lease_until: null, lease_owner: null });
       this.stats.delivered++;
+      centralMetrics.callbackDeliveries.inc({ outcome: 'delivered' });
       this.log.debug({ ...where, status }, 'callback delivered');
       return;
     }
@@ -309,6 +312,8 @@ export class CallbackDeliveryWorker implements Worker {
       .where(mine)
       .execute();
     this.stats.failed++;
+    centralMetrics.callbackDeliveries.inc({ outcome: 'failed' });
+    centralMetrics.callbackFailures.inc({ reason: failureReason(status, refused, error) });
     this.log.warn({ ...where, status, error, retryInMs: delay, ...(refused ? { refused: true } : {}) }, refused ? 'callback delivery refused: target not allowed; will retry' : 'callback delivery failed; will retry');
   }
 }
@@ -391,6 +396,13 @@ class StopSignal extends Error {
   constructor() {
     super('callback worker stopping');
   }
+}
+
+/** The reason label of a failed attempt (bounded: never the URL or the message). */
+export function failureReason(status: number | null, refused: boolean, error: string): string {
+  if (refused) return 'refused';
+  if (status !== null) return status >= 300 && status <= 399 ? 'redirect' : status >= 500 ? 'http_5xx' : status >= 400 ? 'http_4xx' : 'http_other';
+  return /timed? ?out|timeout/i.test(error) ? 'timeout' : 'network';
 }
 
 /** The TargetRefusedError (net/resolve.ts) behind a failed fetch, if that is why it failed. */

@@ -16,7 +16,7 @@ import type { Database } from '../db/schema';
 import type { LockObservationsTable } from '../db/schema-edge';
 import type { Logger } from '../logger';
 import { toDbTime } from '../ids';
-import { registerMetricsCollector } from '../ops/metrics';
+import { registerScrapeGauge } from '../ops/metrics';
 import { registerWorkerFactory } from '../workers';
 
 // ------------------------------------------------------------------ observations (pure)
@@ -481,18 +481,16 @@ export class DisagreementMonitor implements Worker {
 registerWorkerFactory((ctx) => new DisagreementMonitor(ctx));
 
 /** locker_lock_disagreements{pup, kind}: every pick up point and kind, 0 when there is none. */
-registerMetricsCollector(async (ctx) => {
-  const db = ctx.db.kysely;
-  const list = await currentDisagreements(db, { now: ctx.clock.now(), graceMs: graceMs(ctx) });
-  const pups = (await db.selectFrom('pups').select('uid').orderBy('uid').execute()).map((p) => p.uid);
-  const counts = new Map<string, number>();
-  for (const d of list) counts.set(`${d.pupUid}\u0000${d.kind}`, (counts.get(`${d.pupUid}\u0000${d.kind}`) ?? 0) + 1);
-  return [
-    {
-      name: 'locker_lock_disagreements',
-      help: 'Lockers whose last observed physical state disagrees with their shipment, or that report a fault, by pick up point and kind (docs/state-machine.md, Disagreements)',
-      type: 'gauge',
-      samples: pups.flatMap((pup) => DISAGREEMENT_KINDS.map((kind) => ({ labels: { pup, kind }, value: counts.get(`${pup}\u0000${kind}`) ?? 0 }))),
-    },
-  ];
+registerScrapeGauge({
+  name: 'locker_lock_disagreements',
+  help: 'Lockers whose last observed physical state disagrees with their shipment, or that report a fault, by pick up point and kind (docs/state-machine.md, Disagreements)',
+  labelNames: ['pup', 'kind'],
+  async collect(ctx) {
+    const db = ctx.db.kysely;
+    const list = await currentDisagreements(db, { now: ctx.clock.now(), graceMs: graceMs(ctx) });
+    const pups = (await db.selectFrom('pups').select('uid').orderBy('uid').execute()).map((p) => p.uid);
+    const counts = new Map<string, number>();
+    for (const d of list) counts.set(`${d.pupUid}\u0000${d.kind}`, (counts.get(`${d.pupUid}\u0000${d.kind}`) ?? 0) + 1);
+    return pups.flatMap((pup) => DISAGREEMENT_KINDS.map((kind) => ({ labels: { pup, kind }, value: counts.get(`${pup}\u0000${kind}`) ?? 0 })));
+  },
 });

@@ -36,6 +36,7 @@ import { currentCodes, diffCodes, entryDigest } from './codes';
 import { onCodesChanged } from './notify';
 import { recordObservation } from './observations';
 import { doorTime, onlineStatusColumns } from './clock';
+import { centralMetrics } from '../ops/metrics';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const CHUNK = 300;
@@ -229,6 +230,7 @@ export class EdgeSync implements Worker {
 
   /** Sends the whole code set; the pushed set becomes the current set. */
   async sendSnapshot(terminalId: string): Promise<void> {
+    const started = performance.now();
     const pup = await this.terminalPup(terminalId);
     if (!pup) return;
     for (let attempt = 0; attempt < 5; attempt++) {
@@ -241,6 +243,7 @@ export class EdgeSync implements Worker {
       if (version === null) continue; // another instance pushed meanwhile: take its version
       const msg: CodesSnapshot = { v: 1, type: 'snapshot', epoch: row.epoch, version, at: this.ctx.clock.now().toISOString(), codes };
       await this.bus.publish(edgeTopics.down(terminalId, 'codes'), JSON.stringify(msg), { qos: 1 });
+      centralMetrics.codePushDuration.observe({ kind: 'snapshot' }, (performance.now() - started) / 1000);
       this.log.info({ terminal: terminalId, version, count: codes.length }, 'code snapshot pushed');
       return;
     }
@@ -248,7 +251,7 @@ export class EdgeSync implements Worker {
   }
 
   /** Sends what changed since the last push, if anything. */
-  async pushChanges(terminalId: string): Promise<void> {
+  async pushChanges(terminalId: string, changedAt = performance.now()): Promise<void> {
     const pup = await this.terminalPup(terminalId);
     if (!pup) return;
     for (let attempt = 0; attempt < 5; attempt++) {
@@ -267,6 +270,7 @@ export class EdgeSync implements Worker {
       if (version === null) continue;
       const msg: CodesDelta = { v: 1, type: 'delta', epoch: row.epoch, baseVersion: row.codes_version, version, at: this.ctx.clock.now().toISOString(), upserts: diff.upserts, revoke: diff.revoke };
       await this.bus.publish(edgeTopics.down(terminalId, 'codes'), JSON.stringify(msg), { qos: 1 });
+      centralMetrics.codePushDuration.observe({ kind: 'delta' }, (performance.now() - changedAt) / 1000);
       this.log.info({ terminal: terminalId, version, upserts: diff.upserts.length, revoked: diff.revoke.length }, 'code update pushed');
       return;
     }
@@ -284,6 +288,7 @@ export class EdgeSync implements Worker {
     // a push already queued for this point reads the codes later than this change: it carries it
     if (this.pendingPups.has(pupUid)) return;
     this.pendingPups.add(pupUid);
+    const changedAt = performance.now();
     void this.onlineTerminals(pupUid)
       .then((ids) => {
         if (!ids.length) this.pendingPups.delete(pupUid);
@@ -291,7 +296,7 @@ export class EdgeSync implements Worker {
           ids.map((id) =>
             this.serial(id, () => {
               this.pendingPups.delete(pupUid);
-              return this.pushChanges(id);
+              return this.pushChanges(id, changedAt);
             }),
           ),
         );
@@ -385,6 +390,7 @@ export class EdgeSync implements Worker {
         await sleep(delay);
       }
     }
+    centralMetrics.edgeEvents.inc({ type: ev.type, outcome: fresh ? 'stored' : 'duplicate' });
     if (!fresh) this.log.debug({ terminal: terminalId, seq: ev.seq }, 'repeated event ignored');
     // applied in the journal's seq order: this one and what it unblocks, or held for a gap before it;
     // then the terminal learns how far its journal is committed (down/eventAcks). Not awaited here:

@@ -29,6 +29,8 @@ export interface MessageBus {
   subscribe(filter: string, handler: Handler, opts?: SubscribeOptions): Promise<void>;
   /** where terminals connect (embedded: the listening address) */
   address(): string | null;
+  /** ready for terminals: embedded, the broker listens; external, the client is connected (GET /ready) */
+  connected(): boolean;
 }
 
 /** MQTT topic filter matching (+ one level, # the rest). */

@@ -247,6 +247,10 @@ export class EmbeddedBroker implements MessageBus {
     return this.addr;
   }
 
+  connected(): boolean {
+    return this.server?.listening ?? false;
+  }
+
   async publish(topic: string, payload: Buffer | string, opts: { qos?: 0 | 1; retain?: boolean } = {}): Promise<void> {
     const broker = this.broker;
     if (!broker) throw new Error('broker not started');

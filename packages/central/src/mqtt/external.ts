@@ -93,6 +93,10 @@ export class ExternalBroker implements MessageBus {
     return maskUrl(this.opts.url);
   }
 
+  connected(): boolean {
+    return this.client?.connected ?? false;
+  }
+
   async publish(topic: string, payload: Buffer | string, opts: { qos?: 0 | 1; retain?: boolean } = {}): Promise<void> {
     if (!this.client) throw new Error('bus not started');
     await this.client.publishAsync(topic, payload, { qos: opts.qos ?? 1, retain: opts.retain ?? false });

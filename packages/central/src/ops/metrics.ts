@@ -1,64 +1,235 @@
-// The operator metrics endpoint: Prometheus text format (0.0.4) on `GET /metrics`, on a listener
-// of its own (metrics.host:metrics.port), never on the tenant API's port. Off by default
-// (metrics.enabled). Areas register collectors (registerMetricsCollector) that are asked on every
-// scrape; each returns whole metric families, so a value is always read fresh from its source and
-// nothing is kept in memory between scrapes. Kept small on purpose: a later issue adds the full
-// set of metrics (and may swap the renderer for prom-client) behind the same registry.
+// The operator metrics endpoint: Prometheus text format (0.0.4) on `GET /metrics`, rendered by
+// prom-client, on a listener of its own (metrics.host:metrics.port), never on the tenant API's
+// port. Off by default (metrics.enabled). docs/metrics.md lists every metric.
+//
+// Two kinds of metric:
+// - event metrics (counters, histograms) live in one process-wide registry (metricsRegistry) and are
+//   counted where things happen (a booking, a transition, a callback attempt, a terminal event).
+//   They cost a few hundred nanoseconds each and are counted whether or not the endpoint is on; the
+//   per-request histogram is only observed when metrics.enabled (app.ts).
+// - state gauges (registerScrapeGauge) are read fresh from their source (the database, the pool) on
+//   every scrape, through the AppContext of the service whose endpoint is scraped; nothing is kept
+//   between scrapes. A gauge whose read fails is left out of that scrape (logged), the rest is served.
+//
+// No personal data in labels: routes are templates, never raw URLs; reasons are error codes; ids
+// are pick up point uids and terminal ids.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { AppContext, Worker } from '../context';
 import type { Logger } from '../logger';
 import { registerWorkerFactory } from '../workers';
+
+/** The process-wide registry of the central service's event metrics (and Node's process metrics once an endpoint runs). */
+export const metricsRegistry = new Registry();
+
+const LATENCY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+export const centralMetrics = {
+  httpRequestDuration: new Histogram({
+    name: 'locker_http_request_duration_seconds',
+    help: 'Tenant API requests by method, route template (unmatched: no route) and outcome (success, or the envelope error code), and their duration',
+    labelNames: ['method', 'route', 'outcome'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [metricsRegistry],
+  }),
+  bookings: new Counter({
+    name: 'locker_bookings_total',
+    help: 'Shipments created with a locker booked (or chained onto a booked locker), by flow; counted once committed',
+    labelNames: ['flow'] as const,
+    registers: [metricsRegistry],
+  }),
+  bookingRefusals: new Counter({
+    name: 'locker_booking_refusals_total',
+    help: 'Shipment creations refused, by reason (the API error code, e.g. NoLockerAvailable)',
+    labelNames: ['reason'] as const,
+    registers: [metricsRegistry],
+  }),
+  transitions: new Counter({
+    name: 'locker_shipment_transitions_total',
+    help: 'Shipment state transitions, by cause (api, door, simulate, clock) and the state entered; counted once committed',
+    labelNames: ['cause', 'to'] as const,
+    registers: [metricsRegistry],
+  }),
+  callbackDeliveries: new Counter({
+    name: 'locker_callback_deliveries_total',
+    help: 'Callback delivery attempts, by outcome (delivered, failed, skipped)',
+    labelNames: ['outcome'] as const,
+    registers: [metricsRegistry],
+  }),
+  callbackFailures: new Counter({
+    name: 'locker_callback_delivery_failures_total',
+    help: 'Failed callback delivery attempts (retried later), by reason (http_4xx, http_5xx, redirect, refused, timeout, network)',
+    labelNames: ['reason'] as const,
+    registers: [metricsRegistry],
+  }),
+  edgeEvents: new Counter({
+    name: 'locker_edge_events_ingested_total',
+    help: 'Terminal events taken in over MQTT, by event type and outcome (stored, duplicate)',
+    labelNames: ['type', 'outcome'] as const,
+    registers: [metricsRegistry],
+  }),
+  codePushDuration: new Histogram({
+    name: 'locker_code_push_duration_seconds',
+    help: 'Code pushes to terminals, by kind (delta, snapshot): from the code change (a delta) or the start of the snapshot to the publish on the broker',
+    labelNames: ['kind'] as const,
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [metricsRegistry],
+  }),
+};
+
+/** outcome label of a tenant API answer: success, or its envelope error code (bounded set) */
+export function requestOutcome(status: number, errorCode: string | undefined): string {
+  if (status < 400) return 'success';
+  return errorCode ?? `http_${status}`;
+}
 
 export interface MetricSample {
   labels: Record<string, string>;
   value: number;
 }
 
-export interface MetricFamily {
+/** A gauge read from its source on every scrape. */
+export interface ScrapeGauge {
   name: string;
   help: string;
-  type: 'gauge' | 'counter';
-  samples: MetricSample[];
+  labelNames: readonly string[];
+  collect(ctx: AppContext): Promise<MetricSample[]>;
 }
 
-export type MetricsCollector = (ctx: AppContext) => Promise<MetricFamily[]>;
+const scrapeGauges: ScrapeGauge[] = [];
 
-const collectors: MetricsCollector[] = [];
-
-export function registerMetricsCollector(c: MetricsCollector): void {
-  if (!collectors.includes(c)) collectors.push(c);
+export function registerScrapeGauge(g: ScrapeGauge): void {
+  if (!scrapeGauges.some((x) => x.name === g.name)) scrapeGauges.push(g);
 }
 
-const escapeLabel = (v: string) => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
-const escapeHelp = (v: string) => v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n');
-const formatValue = (v: number) => (Number.isNaN(v) ? 'NaN' : v === Infinity ? '+Inf' : v === -Infinity ? '-Inf' : String(v));
+/** The names of every metric the central service exposes (event metrics and scrape gauges), for tests and the alert rules' check. */
+export function centralMetricNames(): string[] {
+  return [...metricsRegistry.getMetricsAsArray().map((m) => (m as unknown as { name: string }).name), ...scrapeGauges.map((g) => g.name)];
+}
 
-/** Prometheus text exposition format 0.0.4. */
-export function renderMetrics(families: readonly MetricFamily[]): string {
-  const out: string[] = [];
-  for (const f of families) {
-    out.push(`# HELP ${f.name} ${escapeHelp(f.help)}`, `# TYPE ${f.name} ${f.type}`);
-    for (const s of f.samples) {
-      const labels = Object.entries(s.labels);
-      const l = labels.length ? `{${labels.map(([k, v]) => `${k}="${escapeLabel(v)}"`).join(',')}}` : '';
-      out.push(`${f.name}${l} ${formatValue(s.value)}`);
-    }
+let defaultMetricsOn = false;
+
+/** The registry one endpoint serves: the process-wide event metrics plus this service's scrape gauges. */
+export function serviceRegistry(ctx: AppContext, log: Logger): Registry {
+  const own = new Registry();
+  for (const g of scrapeGauges) {
+    new Gauge({
+      name: g.name,
+      help: g.help,
+      labelNames: g.labelNames,
+      registers: [own],
+      async collect() {
+        this.reset();
+        try {
+          for (const s of await g.collect(ctx)) this.set(s.labels, s.value);
+        } catch (err) {
+          log.warn({ metric: g.name, err: (err as Error).message }, 'reading a metric failed; left out of this scrape');
+        }
+      },
+    });
   }
-  return out.length ? `${out.join('\n')}\n` : '';
+  return Registry.merge([metricsRegistry, own]);
 }
 
-/** Every registered collector's families, rendered. */
-export async function collectMetrics(ctx: AppContext): Promise<string> {
-  const families: MetricFamily[] = [];
-  for (const c of collectors) families.push(...(await c(ctx)));
-  return renderMetrics(families);
+// ---- the service's own state gauges --------------------------------------------------------------
+
+registerScrapeGauge({
+  name: 'locker_callback_outbox_pending',
+  help: 'Callback messages waiting to be delivered (the outbox backlog, every tenant)',
+  labelNames: [],
+  async collect(ctx) {
+    const r = await ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.countAll<number | string>().as('n')).where('status', '=', 'pending').executeTakeFirst();
+    return [{ labels: {}, value: Number(r?.n ?? 0) }];
+  },
+});
+
+registerScrapeGauge({
+  name: 'locker_callback_outbox_oldest_pending_age_seconds',
+  help: 'Age of the oldest callback message not yet delivered (0 when none is pending)',
+  labelNames: [],
+  async collect(ctx) {
+    const r = await ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.min('created_at').as('oldest')).where('status', '=', 'pending').executeTakeFirst();
+    const oldest = r?.oldest ? Date.parse(String(r.oldest)) : NaN;
+    return [{ labels: {}, value: Number.isNaN(oldest) ? 0 : Math.max(0, (ctx.clock.now().getTime() - oldest) / 1000) }];
+  },
+});
+
+/** per terminal: provisioned terminals that never connected count as offline */
+async function terminalRows(ctx: AppContext) {
+  return ctx.db.kysely
+    .selectFrom('terminals as t')
+    .leftJoin('edge_terminals as e', 'e.terminal_id', 't.id')
+    .select(['t.id', 't.pup_uid', 'e.online', 'e.last_status'])
+    .orderBy('t.id')
+    .execute();
 }
+
+registerScrapeGauge({
+  name: 'locker_terminal_online',
+  help: 'Whether a terminal is online (1) or offline (0) by its last status on the broker (a provisioned terminal never seen is 0)',
+  labelNames: ['terminal', 'pup'],
+  async collect(ctx) {
+    return (await terminalRows(ctx)).map((r) => ({ labels: { terminal: r.id, pup: r.pup_uid }, value: Number(r.online ?? 0) === 1 ? 1 : 0 }));
+  },
+});
+
+registerScrapeGauge({
+  name: 'locker_terminals',
+  help: 'Provisioned terminals by state (online, offline)',
+  labelNames: ['state'],
+  async collect(ctx) {
+    const rows = await terminalRows(ctx);
+    const online = rows.filter((r) => Number(r.online ?? 0) === 1).length;
+    return [
+      { labels: { state: 'online' }, value: online },
+      { labels: { state: 'offline' }, value: rows.length - online },
+    ];
+  },
+});
+
+registerScrapeGauge({
+  name: 'locker_terminal_journal_unsent',
+  help: 'Events a terminal had journalled but not yet had acknowledged, by its last online status',
+  labelNames: ['terminal'],
+  async collect(ctx) {
+    const out: MetricSample[] = [];
+    for (const r of await terminalRows(ctx)) {
+      if (!r.last_status) continue;
+      try {
+        const s = JSON.parse(r.last_status) as { state?: string; journal?: { unsent?: unknown } };
+        if (s.state === 'online' && typeof s.journal?.unsent === 'number') out.push({ labels: { terminal: r.id }, value: s.journal.unsent });
+      } catch {
+        // a malformed stored status: no sample
+      }
+    }
+    return out;
+  },
+});
+
+registerScrapeGauge({
+  name: 'locker_db_pool_connections',
+  help: 'PostgreSQL pool connections by state (total, idle, waiting: queries waiting for a connection; max: the configured size). Absent on SQLite',
+  labelNames: ['state'],
+  async collect(ctx) {
+    const p = ctx.db.pool;
+    if (!p) return [];
+    return [
+      { labels: { state: 'total' }, value: p.totalCount },
+      { labels: { state: 'idle' }, value: p.idleCount },
+      { labels: { state: 'waiting' }, value: p.waitingCount },
+      { labels: { state: 'max' }, value: ctx.config.database.poolSize },
+    ];
+  },
+});
+
+// ---- the listener ---------------------------------------------------------------------------------
 
 export class MetricsServer implements Worker {
   readonly name = 'metrics';
   private server: http.Server | null = null;
   private readonly log: Logger;
+  private registry: Registry | null = null;
 
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.metrics' });
@@ -68,6 +239,11 @@ export class MetricsServer implements Worker {
     if (this.server) return;
     const { host, port } = this.ctx.config.metrics;
     if (port !== 0 && port === this.ctx.config.http.port) throw new Error(`metrics.port ${port} is the tenant API's port (http.port): the metrics endpoint needs a listener of its own`);
+    if (!defaultMetricsOn) {
+      defaultMetricsOn = true;
+      collectDefaultMetrics({ register: metricsRegistry });
+    }
+    this.registry = serviceRegistry(this.ctx, this.log);
     const server = http.createServer((req, res) => void this.handle(req, res));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
@@ -78,6 +254,12 @@ export class MetricsServer implements Worker {
     });
     this.server = server;
     this.log.info({ listen: this.address() }, 'metrics endpoint listening');
+  }
+
+  /** The text a scrape gets. */
+  async metrics(): Promise<string> {
+    this.registry ??= serviceRegistry(this.ctx, this.log);
+    return this.registry.metrics();
   }
 
   private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -91,8 +273,8 @@ export class MetricsServer implements Worker {
       return;
     }
     try {
-      const body = await collectMetrics(this.ctx);
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(req.method === 'HEAD' ? undefined : body);
+      const body = await this.metrics();
+      res.writeHead(200, { 'content-type': metricsRegistry.contentType }).end(req.method === 'HEAD' ? undefined : body);
     } catch (err) {
       this.log.error({ err: (err as Error).message }, 'collecting metrics failed');
       res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('collecting metrics failed\n');

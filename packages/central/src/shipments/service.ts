@@ -18,6 +18,7 @@ import { currentReservation, markIdempotentRun } from '../http/idempotency';
 import { rawQuery, StatementBatch, type Exec } from './sqlq';
 import { isActive, type Cause, type Flow, type StateCode, type TypeCode, type WaitKind } from './types';
 import { correctTime, expirySafeThrough, receivedThrough, type TerminalEvidence } from '../edge/clock';
+import { centralMetrics } from '../ops/metrics';
 
 export type ShipmentRow = Selectable<ShipmentsTable>;
 
@@ -112,6 +113,15 @@ const THROTTLE_MS = ROTATE_WINDOW_MS;
 const codesTouched = new WeakMap<Trx, Set<string>>();
 /** ... and those the job running in it now changed (a transaction runs one job at a time) */
 const jobTouched = new WeakMap<Trx, Set<string>>();
+/** metrics the job running in a transaction counts once it committed (ops/metrics.ts) */
+const jobCounted = new WeakMap<Trx, (() => void)[]>();
+
+/** Counts a metric once the job running in `trx` committed (at once outside ServiceTxRunner). */
+export function countOnCommit(trx: Trx, count: () => void): void {
+  const l = jobCounted.get(trx);
+  if (l) l.push(count);
+  else count();
+}
 
 /**
  * Notes that `trx` changes codes of a pick up point: the job raises the point's code version
@@ -167,12 +177,14 @@ export class ServiceTxRunner implements TxRunner {
         for (const p of list) notifyCodesChanged(p);
       }
     };
+    let counted: (() => void)[] = [];
     try {
-      return await this.inner.run(async (trx) => {
+      const v = await this.inner.run(async (trx) => {
         seen.add(trx); // a PostgreSQL retry runs the job again in a new transaction
         if (reservation) await markIdempotentRun(trx, reservation);
         const touched = new Set<string>();
         jobTouched.set(trx, touched);
+        jobCounted.set(trx, (counted = []));
         try {
           const v = await job(trx);
           // last, so a PostgreSQL job holds the point's version row only until its COMMIT
@@ -180,8 +192,11 @@ export class ServiceTxRunner implements TxRunner {
           return v;
         } finally {
           jobTouched.delete(trx);
+          jobCounted.delete(trx);
         }
       });
+      for (const c of counted) c();
+      return v;
     } finally {
       settle();
     }
@@ -358,6 +373,7 @@ export class ShipmentService {
     for (const to of r.steps) {
       seq++;
       await trx.insertInto('shipment_transitions').values({ shipment_uid: row.uid, seq, tenant_uid: row.tenant_uid, from_state: from, to_state: to, cause, detail, at: stateAt, received_at: receivedAt }).execute();
+      countOnCommit(trx, () => centralMetrics.transitions.inc({ cause, to }));
       await this.emit(trx, next, to, now, undefined, undefined, stateAt);
       from = to;
     }
@@ -469,7 +485,22 @@ export class ShipmentService {
 
   // ---- creating ------------------------------------------------------------------------------
 
+  /** Creates a shipment (booking its locker) in `trx`; counted as a booking once committed, or as a refusal by its error code. */
   async createIn(trx: Trx, tenant: TenantPrincipal, spec: CreateSpec, now: string): Promise<Created> {
+    try {
+      const c = await this.create(trx, tenant, spec, now);
+      countOnCommit(trx, () => {
+        centralMetrics.bookings.inc({ flow: spec.flow });
+        centralMetrics.transitions.inc({ cause: 'api', to: c.row.state_code });
+      });
+      return c;
+    } catch (e) {
+      if (e instanceof ApiError) centralMetrics.bookingRefusals.inc({ reason: e.code });
+      throw e;
+    }
+  }
+
+  private async create(trx: Trx, tenant: TenantPrincipal, spec: CreateSpec, now: string): Promise<Created> {
     const uid = newSeqUid();
     let pupUid: string;
     let lockerUid: string | null;

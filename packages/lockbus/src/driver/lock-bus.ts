@@ -124,7 +124,16 @@ export interface LockBusEvents {
   portOpened: [Base];
   portClosed: [Base & { error: string | null }];
   pollCycle: [Base & { durationMs: number }];
+  /** One request on the line ended (emitted only while someone listens): ok, or the error code (NO_REPLY, BAD_CHECKSUM, ...). Board null: a whole-bus scan. */
+  transaction: [TransactionEvent];
   frame: [{ bus: string; dir: 'tx' | 'rx'; hex: string }];
+}
+
+export interface TransactionEvent extends Base {
+  board: number | null;
+  kind: LockRequest['kind'];
+  outcome: 'ok' | LockBusErrorCode;
+  durationMs: number;
 }
 
 export interface TransactionResult {
@@ -406,7 +415,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     this.pumping = (async () => {
       while (this.running && this.queue.length) {
         const job = this.queue.shift()!;
-        await this.run(job);
+        await this.run(this.listenerCount('transaction') > 0 ? this.observed(job) : job);
       }
     })()
       .catch((err: Error) => this.log.error({ err: err.message }, 'transaction loop failed'))
@@ -414,6 +423,24 @@ export class LockBus extends EventEmitter<LockBusEvents> {
         this.pumping = null;
         if (this.running && this.queue.length) this.pump();
       });
+  }
+
+  /** The job, reporting its end as a `transaction` event (metrics: packages/agent/src/metrics.ts). */
+  private observed(job: Job): Job {
+    const board = (job.req as { board?: number }).board ?? null;
+    const started = performance.now();
+    const report = (outcome: TransactionEvent['outcome']) => this.safeEmit('transaction', { bus: this.name, at: this.now(), board, kind: job.req.kind, outcome, durationMs: performance.now() - started });
+    return {
+      ...job,
+      resolve: (r) => {
+        report('ok');
+        job.resolve(r);
+      },
+      reject: (e) => {
+        report(e.code);
+        job.reject(e);
+      },
+    };
   }
 
   private async waitForQuietLine(): Promise<void> {

@@ -20,6 +20,7 @@ const FORWARDED = [
   'boardOnline',
   'portOpened',
   'portClosed',
+  'transaction',
 ] as const satisfies readonly (keyof LockBusEvents)[];
 
 export class LockBusManager extends EventEmitter<LockBusEvents> {
