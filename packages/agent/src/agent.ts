@@ -22,10 +22,12 @@ import type { AgentConfig } from './config';
 import { AgentStore, type JournalEntry, type LockStateRow } from './store';
 import { EdgeLink } from './edge-link';
 import { decideCodes } from './codes';
+import { takeLockers } from './lockers';
+import { claimBusPorts } from './port-claims';
 import { AccessThrottle, TERMINAL } from './throttle';
 import { expireSessions, journalInput, lockKey, sessionStep, type SessionEffect, type SessionInput, type Sessions } from './session';
 import { DiagnosticsServer } from './diagnostics';
-import { createAgentLogger } from './logger';
+import { createAgentLogger, logRingOf, type LogRing } from './logger';
 import { AgentMetrics, AgentMetricsServer } from './metrics';
 
 export const AGENT_VERSION: string = (() => {
@@ -49,7 +51,7 @@ export type TechnicianOpenOutcome = UnlockOutcome | { ok: false; error: 'JOURNAL
 /** What became of a presented code. JOURNAL_UNAVAILABLE: the opening could not be journalled, so no lock was pulsed. */
 export type CredentialOutcome =
   | { accepted: true; lockerUid: string }
-  | { accepted: false; reason: 'STOPPING' | 'CODES_STALE' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED'; error?: string };
+  | { accepted: false; reason: 'STOPPING' | 'CODES_STALE' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED' | 'SCANNER_TEST'; error?: string };
 
 export interface LockState extends LockView {
   lockerUid: string | null;
@@ -78,6 +80,13 @@ export class Agent {
   buses!: LockBusManager;
   scanners: ScannerReader[] = [];
   diagnostics: DiagnosticsServer | null = null;
+  /**
+   * The technician's scanner test (technician/actions.ts): while set, a presented code is handed
+   * to it instead (true: taken; it is then not a credential: not checked, journalled or counted).
+   */
+  credentialTap: ((c: Pick<Credential, 'source' | 'value' | 'reader'>) => boolean) | null = null;
+  /** the recent log lines of the agent's own logger (logger.ts), for GET /api/logs; null with a logger from outside */
+  logRing: LogRing | null = null;
   /** the Prometheus metrics (counted always; served when metrics.enabled: metricsServer) */
   metrics!: AgentMetrics;
   metricsServer: AgentMetricsServer | null = null;
@@ -99,6 +108,8 @@ export class Agent {
   private statusTimer: NodeJS.Timeout | null = null;
   private lastSyncRequestAt = 0;
   private portDown = new Set<string>();
+  /** removes this agent's claims on its bus ports (port-claims.ts) */
+  private releasePorts: (() => void) | null = null;
   private credentialChain: Promise<void> = Promise.resolve();
 
   constructor(private readonly opts: AgentOptions) {}
@@ -115,6 +126,7 @@ export class Agent {
     if (this.running) return;
     const cfg = this.cfg;
     const root = this.opts.log ?? createAgentLogger({ level: cfg.log.level, terminalId: cfg.terminal.id });
+    this.logRing = logRingOf(root);
     this.log = root.child({ ns: 'agent' });
     this.startedAt = this.now();
     this.store = new AgentStore(cfg.store.path);
@@ -187,6 +199,7 @@ export class Agent {
     this.link.on('disconnected', () => this.markSynced());
     this.link.on('message', (kind, payload) => {
       if (kind === 'codes') this.onCodes(payload);
+      else if (kind === 'lockers') this.onLockers(payload);
       else
         void this.onCommand(payload).catch((err) => {
           // not begun in the store (a journal that cannot be written): not executed, not acknowledged;
@@ -199,11 +212,21 @@ export class Agent {
     this.scanners = cfg.scanners.map((s) => new ScannerReader({ name: s.name, port: s.port, baudRate: s.baudRate, suffix: s.suffix, logger: root }));
     for (const s of this.scanners) s.on('credential', (c) => this.presentCredential(c));
 
+    // the wiring-check CLI refuses a port this agent holds (port-claims.ts)
+    this.releasePorts = claimBusPorts(cfg, this.log);
     await this.buses.start();
     for (const s of this.scanners) await s.start();
     await this.link.start();
     if (cfg.diagnostics.enabled) {
-      this.diagnostics = new DiagnosticsServer({ agent: this, host: cfg.diagnostics.host, port: cfg.diagnostics.port, password: cfg.diagnostics.technicianPassword ?? null, log: root });
+      this.diagnostics = new DiagnosticsServer({
+        agent: this,
+        host: cfg.diagnostics.host,
+        port: cfg.diagnostics.port,
+        password: cfg.diagnostics.technicianPassword ?? null,
+        sessionMinutes: cfg.diagnostics.sessionMinutes,
+        timeZone: cfg.diagnostics.timeZone ?? Intl.DateTimeFormat().resolvedOptions().timeZone,
+        log: root,
+      });
       await this.diagnostics.start();
     }
     if (cfg.metrics.enabled) {
@@ -229,6 +252,8 @@ export class Agent {
     await this.credentialChain.catch(() => undefined);
     // bus events (a door closing right now) are journalled until the buses have stopped
     await this.buses.stop();
+    this.releasePorts?.();
+    this.releasePorts = null;
     this.running = false;
     if (this.link.connected) this.markSynced();
     await this.link.stop();
@@ -484,7 +509,8 @@ export class Agent {
       return { ok: true, alreadyOpen };
     } catch (err) {
       const code = (err as LockBusError).code;
-      if (code === 'NOT_SENT') return { ok: false, error: 'BUS_UNAVAILABLE', message: (err as Error).message };
+      // BUSY: the bus is paused for a technician's scan (nothing sent)
+      if (code === 'NOT_SENT' || code === 'BUSY') return { ok: false, error: 'BUS_UNAVAILABLE', message: (err as Error).message };
       if (code === 'UNKNOWN_BOARD' || code === 'BAD_CONFIG') return { ok: false, error: 'UNKNOWN_LOCK', message: (err as Error).message };
       return { ok: false, error: 'HARDWARE_FAULT', message: (err as Error).message };
     }
@@ -494,6 +520,7 @@ export class Agent {
 
   /** A code presented at a scanner or keypad. Handled one at a time, in arrival order. */
   presentCredential(c: Pick<Credential, 'source' | 'value' | 'reader'>): Promise<CredentialOutcome> {
+    if (this.credentialTap?.(c)) return Promise.resolve({ accepted: false, reason: 'SCANNER_TEST' });
     const next = this.credentialChain
       .then(() => this.handleCredential(c))
       .catch((err): CredentialOutcome => {
@@ -646,6 +673,16 @@ export class Agent {
     }
   }
 
+  /** down/lockers: the locker list for the page (lockers.ts); the status then shows the version held. */
+  private onLockers(payload: Buffer): void {
+    if (!this.running || this.stopping) return;
+    try {
+      if (takeLockers(this.store, payload, this.log)) this.statusSoon();
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'locker list not stored');
+    }
+  }
+
   private requestSnapshot(reason: 'gap' | 'epoch' | 'empty' | 'manual', held = this.store.codesMeta()): void {
     const nowMs = Date.now();
     if (reason !== 'manual' && nowMs - this.lastSyncRequestAt < this.cfg.mqtt.syncRetrySeconds * 1000) return;
@@ -714,6 +751,18 @@ export class Agent {
 
   // ---------------------------------------------------------------- technician
 
+  /** The technician's "resync codes": asks the central service for a code snapshot now; false while the link is down. */
+  requestCodeSnapshot(): boolean {
+    if (!this.running || this.stopping || !this.link.connected) return false;
+    this.requestSnapshot('manual');
+    return true;
+  }
+
+  /** Journals what a technician did on the diagnostics page (reported like every event); false when the journal cannot be written. */
+  technicianAction(fields: { action: string; outcome: string } & Record<string, unknown>): boolean {
+    return this.record('technicianAction', { who: 'technician', ...fields });
+  }
+
   /** The diagnostics page's "open lock" (password checked by the page). */
   async technicianOpen(at: LockRef): Promise<TechnicianOpenOutcome> {
     // As for codes: no door opens whose opening cannot be journalled. The opening is journalled
@@ -766,6 +815,7 @@ export class Agent {
       startedAt: this.startedAt.toISOString(),
       at: this.now().toISOString(),
       codes: this.store.codesMeta(),
+      lockers: (({ epoch, version }) => ({ epoch, version }))(this.store.lockersMeta()),
       journal: { unsent: this.store.unsentCount(), lastSeq: this.store.lastSeq() },
       buses: this.busHealth(),
     };

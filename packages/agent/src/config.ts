@@ -97,6 +97,21 @@ export const AgentConfigSchema = z
         /** the technician password for "open lock"; unset: the action is disabled */
         technicianPassword: z.string().min(8).optional(),
         recentEvents: z.number().int().min(1).max(1000).default(50),
+        /** a technician's login (POST /api/login) lasts this long */
+        sessionMinutes: z.number().positive().max(24 * 60).default(30),
+        /** the pick up point's IANA time zone for the page (e.g. Europe/Amsterdam); default the process's */
+        timeZone: z
+          .string()
+          .min(1)
+          .refine((tz) => {
+            try {
+              new Intl.DateTimeFormat('en', { timeZone: tz });
+              return true;
+            } catch {
+              return false;
+            }
+          }, 'not an IANA time zone')
+          .optional(),
       })
       .strict()
       .prefault({}),

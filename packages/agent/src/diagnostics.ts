@@ -1,64 +1,88 @@
-// The technician's diagnostics page: a small fastify server on its own port (default
-// 127.0.0.1:8090). GET / is a self-contained page that polls GET /api/state (buses, boards,
-// locks, doors, items, MQTT link, code cache, journal backlog, recent events); POST /api/open
-// pulses one lock after the technician password from the config.
+// The technician's diagnostics page and its HTTP API: a small fastify server on its own port
+// (default 127.0.0.1:8090). The page itself is static files in ./page/ (index.html, app.js,
+// app.css, ...), served as they are; the API (docs/agent.md, "The diagnostics page and its API"):
+//
+//   GET  /api/state            everything the page shows, with the locker wall (no auth on loopback)
+//   GET  /api/events           Server-Sent Events: `state` (the /api/state JSON) on every change
+//   POST /api/login            technician password -> session cookie `locker_tech` + CSRF token
+//   POST /api/logout
+//   POST /api/actions/{open,door-test,bus-scan,scanner-test,resync}   session + x-csrf-token
+//   GET  /api/logs?limit=200   recent log lines (session)
+//   POST /api/open             the older one-shot open with the password in the body (kept)
 //
 // Who may look: on the loopback interface (the terminal itself, or an ssh tunnel) the page is open
 // to read. A client from the network must log in with HTTP Basic (any user name, the technician
-// password): door and item states tell which lockers hold parcels. So a non-loopback host without a
-// technician password is refused at start (DIAGNOSTICS_UNPROTECTED). Wrong passwords, for the
-// login or the open action, are throttled per client address: one client cannot lock out another.
-// The page shows no code values and no personal data: there are none on the terminal.
+// password) to GET anything: door and item states tell which lockers hold parcels. So a non-loopback
+// host without a technician password is refused at start (DIAGNOSTICS_UNPROTECTED). Actions need a
+// technician session (technician/session.ts) and its CSRF token, from any address. Wrong passwords,
+// for any login or the open action, are throttled per client address: one client cannot lock out
+// another. Nothing served holds a code value or personal data: there are none on the terminal, and
+// the scanner test reports a code's type and length only.
 import crypto from 'node:crypto';
-import Fastify, { type FastifyInstance } from 'fastify';
+import fs from 'node:fs';
+import type { ServerResponse } from 'node:http';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { Agent } from './agent';
+import { ActionError, TechnicianActions, type TechnicianHost } from './technician/actions';
+import { sameSecret, TechnicianSessions, type TechnicianSession } from './technician/session';
 
 export interface DiagnosticsOptions {
-  agent: Pick<Agent, 'state' | 'technicianOpen'>;
+  /** the agent; with only state and technicianOpen (tests) the technician actions answer 503 */
+  agent: Pick<Agent, 'state' | 'technicianOpen'> & Partial<TechnicianHost>;
   host: string;
   port: number;
-  /** null: the open action is disabled */
+  /** null: logins and the open action are disabled */
   password: string | null;
   log: Logger;
   /** wrong passwords allowed per minute before 429 */
   maxWrongPerMinute?: number;
+  /** a technician session lasts this long (diagnostics.sessionMinutes) */
+  sessionMinutes?: number;
+  /** the pick up point's IANA time zone, for the page (diagnostics.timeZone) */
+  timeZone?: string;
 }
 
-const OpenBody = z.object({
-  bus: z.string().min(1),
-  board: z.number().int().min(0),
-  lock: z.number().int().min(1),
-  password: z.string(),
-});
+const Ref = { bus: z.string().min(1), board: z.number().int().min(0).max(255), lock: z.number().int().min(1).max(255) };
+const OpenBody = z.object({ ...Ref, password: z.string() });
+const LoginBody = z.object({ password: z.string().max(1000) });
+const ActionOpenBody = z.object({ ...Ref, confirm: z.boolean().optional() });
+const DoorTestBody = z.object({ locks: z.array(z.object(Ref)).min(1).max(200), timeoutMs: z.number().int().min(1000).max(600_000).optional() });
+const BusScanBody = z.object({ bus: z.string().min(1) });
 
-const digest = (s: string) => crypto.createHash('sha256').update(s, 'utf8').digest();
+/** The page's files (./page/ beside this module, copied into dist/ by the build). */
+const PAGE_DIR = new URL('./page/', import.meta.url);
+const PAGE_FILE = /^[a-z0-9][a-z0-9._-]*\.(html|js|css|svg|png|ico|json|webmanifest)$/;
+const CONTENT_TYPES: Record<string, string> = {
+  html: 'text/html; charset=utf-8',
+  js: 'text/javascript; charset=utf-8',
+  css: 'text/css; charset=utf-8',
+  svg: 'image/svg+xml',
+  png: 'image/png',
+  ico: 'image/x-icon',
+  json: 'application/json; charset=utf-8',
+  webmanifest: 'application/manifest+json',
+};
+
+const SSE_DEBOUNCE_MS = 200;
+const SSE_CHECK_MS = 1000;
+const SSE_HEARTBEAT_MS = 15_000;
 
 /**
- * The page's security headers. Its one inline script and one inline style are allowed by their
- * SHA-256 hashes (computed from PAGE, so an edit of the page keeps them right), nothing else: no
- * other script or style, no plugins, no framing (clickjacking of the technician's Open button), no
- * form posts elsewhere, fetch to this origin only; no MIME sniffing, no referrer.
+ * The security headers of every answer. The page's scripts and styles are files of this origin
+ * ('self'), nothing inline: no inline script or style, no plugins, no framing (clickjacking of the
+ * technician's buttons), no form posts elsewhere, fetch and EventSource to this origin only; no
+ * MIME sniffing, no referrer.
  */
-function securityHeaders(): Record<string, string> {
-  if (!cachedHeaders) {
-    const hash = (tag: 'script' | 'style') => {
-      const m = new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`).exec(PAGE);
-      return m ? `'sha256-${crypto.createHash('sha256').update(m[1]!, 'utf8').digest('base64')}'` : "'none'";
-    };
-    cachedHeaders = {
-      'content-security-policy': `default-src 'none'; script-src ${hash('script')}; script-src-attr 'none'; style-src ${hash('style')}; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'`,
-      'x-content-type-options': 'nosniff',
-      'x-frame-options': 'DENY',
-      'referrer-policy': 'no-referrer',
-      'cross-origin-opener-policy': 'same-origin',
-      'cross-origin-resource-policy': 'same-origin',
-    };
-  }
-  return cachedHeaders;
-}
-let cachedHeaders: Record<string, string> | undefined;
+const SECURITY_HEADERS: Record<string, string> = {
+  'content-security-policy': "default-src 'none'; script-src 'self'; script-src-attr 'none'; style-src 'self'; connect-src 'self'; img-src 'self' data:; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'cross-origin-opener-policy': 'same-origin',
+  'cross-origin-resource-policy': 'same-origin',
+};
 
 export class DiagnosticsError extends Error {
   constructor(
@@ -82,22 +106,47 @@ function basicPassword(header: string | undefined): string | null {
   return colon < 0 ? null : decoded.slice(colon + 1);
 }
 
+const digest = (s: string) => crypto.createHash('sha256').update(s, 'utf8').digest();
+
+type ActionHandler = (req: FastifyRequest, reply: FastifyReply, actions: TechnicianActions, session: TechnicianSession) => Promise<unknown>;
+
 export class DiagnosticsServer {
   private app: FastifyInstance | null = null;
   private readonly log: Logger;
   /** wrong-password times per client address (last minute) */
   private wrong = new Map<string, number[]>();
+  private readonly sessions: TechnicianSessions;
+  /** the technician actions and the wall (null with an agent that only has state and technicianOpen) */
+  readonly actions: TechnicianActions | null;
+  /** Server-Sent Events clients of GET /api/events */
+  private readonly sse = new Set<ServerResponse>();
+  private lastSent = '';
+  private sseDebounce: NodeJS.Timeout | null = null;
+  private sseTimers: NodeJS.Timeout[] = [];
+  private readonly onChange = () => this.stateChanged();
   address: string | null = null;
 
   constructor(private readonly opts: DiagnosticsOptions) {
     this.log = opts.log.child({ ns: 'agent.diagnostics' });
+    this.sessions = new TechnicianSessions(opts.sessionMinutes ?? 30);
+    const a = opts.agent;
+    this.actions = a.buses && a.store && a.technicianAction && a.requestCodeSnapshot ? new TechnicianActions(a as TechnicianHost) : null;
   }
 
-  private throttled(client: string, nowMs: number): boolean {
+  /** ms until the client may try a password again (0: not throttled). */
+  private throttledMs(client: string, nowMs: number): number {
     const recent = (this.wrong.get(client) ?? []).filter((t) => nowMs - t < 60_000);
     if (recent.length) this.wrong.set(client, recent);
     else this.wrong.delete(client);
-    return recent.length >= (this.opts.maxWrongPerMinute ?? 5);
+    const max = this.opts.maxWrongPerMinute ?? 5;
+    if (recent.length < max) return 0;
+    // the oldest wrong attempt that keeps the count at the limit leaves the window then
+    return Math.max(1, recent[recent.length - max]! + 60_000 - nowMs);
+  }
+
+  private throttledReply(reply: FastifyReply, ms: number) {
+    const retryAfterSeconds = Math.ceil(ms / 1000);
+    return reply.code(429).header('retry-after', String(retryAfterSeconds)).send({ ok: false, error: 'THROTTLED', retryAfterSeconds, message: 'too many wrong passwords; wait a minute' });
   }
 
   private noteWrong(client: string, nowMs: number): void {
@@ -111,6 +160,26 @@ export class DiagnosticsServer {
     return this.opts.password !== null && crypto.timingSafeEqual(digest(given), digest(this.opts.password));
   }
 
+  /** GET /api/state: the agent's state, the locker wall, the time zone and the scanner test. */
+  stateView(): Record<string, unknown> {
+    const state = this.opts.agent.state();
+    return {
+      ...state,
+      wall: this.actions && state.buses ? this.actions.wall(state) : [],
+      timeZone: this.opts.timeZone ?? Intl.DateTimeFormat().resolvedOptions().timeZone,
+      scannerTest: this.actions?.scannerTestState() ?? { waitingSince: null, last: null },
+    };
+  }
+
+  private pageFile(name: string): { body: Buffer; type: string } | null {
+    if (!PAGE_FILE.test(name)) return null;
+    try {
+      return { body: fs.readFileSync(new URL(name, PAGE_DIR)), type: CONTENT_TYPES[name.slice(name.lastIndexOf('.') + 1)]! };
+    } catch {
+      return null;
+    }
+  }
+
   async start(): Promise<void> {
     if (this.opts.password === null && !LOOPBACK_HOSTS.has(this.opts.host)) {
       throw new DiagnosticsError(
@@ -118,17 +187,18 @@ export class DiagnosticsServer {
         `diagnostics.host ${this.opts.host} is reachable from the network, but no diagnostics.technicianPassword is set: set one (LOCKER_AGENT_TECHNICIAN_PASSWORD) or listen on 127.0.0.1`,
       );
     }
-    const app = Fastify({ logger: false, bodyLimit: 4096 });
-    // Security headers on every answer (issue 12): see SECURITY_HEADERS below.
+    const app = Fastify({ logger: false, bodyLimit: 16_384 });
+    // Security headers on every answer (issue 12): see SECURITY_HEADERS above.
     app.addHook('onSend', async (_req, reply) => {
-      reply.headers(securityHeaders());
+      reply.headers(SECURITY_HEADERS);
     });
     // Reading the page from the network needs the technician password (HTTP Basic).
     app.addHook('onRequest', async (req, reply) => {
       if (req.method !== 'GET' || isLoopbackAddress(req.socket.remoteAddress)) return;
       const client = req.socket.remoteAddress ?? '?';
       const nowMs = Date.now();
-      if (this.throttled(client, nowMs)) return reply.code(429).header('retry-after', '60').send({ ok: false, error: 'THROTTLED', message: 'too many wrong passwords; wait a minute' });
+      const wait = this.throttledMs(client, nowMs);
+      if (wait) return this.throttledReply(reply, wait);
       const given = basicPassword(req.headers.authorization);
       if (given !== null && this.passwordMatches(given)) return;
       if (given !== null) {
@@ -137,8 +207,90 @@ export class DiagnosticsServer {
       }
       return reply.code(401).header('www-authenticate', 'Basic realm="locker terminal diagnostics", charset="UTF-8"').send({ ok: false, error: 'LOGIN_REQUIRED', message: 'log in with the technician password' });
     });
-    app.get('/', async (_req, reply) => reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').send(PAGE));
-    app.get('/api/state', async (_req, reply) => reply.header('cache-control', 'no-store').send(this.opts.agent.state()));
+
+    // ---- the page: static files of ./page/
+    const servePage = (name: string, reply: FastifyReply) => {
+      const f = this.pageFile(name);
+      if (!f) return reply.code(404).send({ ok: false, error: 'NOT_FOUND', message: 'no such file' });
+      return reply.type(f.type).header('cache-control', 'no-store').send(f.body);
+    };
+    app.get('/', async (_req, reply) => servePage('index.html', reply));
+    app.get<{ Params: { file: string } }>('/:file', async (req, reply) => servePage(req.params.file, reply));
+
+    // ---- reading (no session: loopback, or HTTP Basic from the network)
+    app.get('/api/state', async (_req, reply) => reply.header('cache-control', 'no-store').send(this.stateView()));
+    app.get('/api/events', async (req, reply) => this.openEvents(req, reply));
+
+    // ---- the technician's session
+    app.post('/api/login', async (req, reply) => {
+      const parsed = LoginBody.safeParse(req.body);
+      if (!parsed.success) return reply.code(400).send({ ok: false, error: 'BAD_REQUEST', message: parsed.error.issues[0]?.message ?? 'bad request' });
+      if (this.opts.password === null) return reply.code(403).send({ ok: false, error: 'DISABLED', message: 'no technician password is configured on this terminal' });
+      const client = req.socket.remoteAddress ?? '?';
+      const nowMs = Date.now();
+      const wait = this.throttledMs(client, nowMs);
+      if (wait) return this.throttledReply(reply, wait);
+      if (!this.passwordMatches(parsed.data.password)) {
+        this.noteWrong(client, nowMs);
+        this.log.warn({ client }, 'technician login refused: wrong password');
+        return reply.code(401).send({ ok: false, error: 'BAD_PASSWORD', message: 'wrong technician password' });
+      }
+      const s = this.sessions.create();
+      this.log.info({ client, expiresAt: new Date(s.expiresAt).toISOString() }, 'technician logged in');
+      return reply.header('set-cookie', this.sessions.cookie(s)).header('cache-control', 'no-store').send({ csrfToken: s.csrfToken, expiresAt: new Date(s.expiresAt).toISOString() });
+    });
+    app.post('/api/logout', async (req, reply) => {
+      const s = this.sessions.fromCookie(req.headers.cookie);
+      if (s) this.sessions.delete(s.id);
+      return reply.code(204).header('set-cookie', this.sessions.clearCookie()).send();
+    });
+    app.get<{ Querystring: { limit?: string } }>('/api/logs', async (req, reply) => {
+      if (!this.sessions.fromCookie(req.headers.cookie)) return reply.code(401).send({ ok: false, error: 'NO_SESSION', message: 'log in first (POST /api/login)' });
+      const limit = Math.min(1000, Math.max(1, Number.parseInt(req.query.limit ?? '200', 10) || 200));
+      return reply.header('cache-control', 'no-store').send({ lines: this.actions?.logs(limit) ?? [] });
+    });
+
+    // ---- actions: a session and its CSRF token
+    const action = (path: string, handler: ActionHandler) =>
+      app.post(`/api/actions/${path}`, async (req, reply) => {
+        const s = this.sessions.fromCookie(req.headers.cookie);
+        if (!s) return reply.code(401).send({ ok: false, error: 'NO_SESSION', message: 'log in first (POST /api/login), or again: the session expired' });
+        const token = req.headers['x-csrf-token'];
+        if (typeof token !== 'string' || !sameSecret(token, s.csrfToken)) return reply.code(403).send({ ok: false, error: 'BAD_CSRF', message: 'the x-csrf-token header does not match the session' });
+        if (!this.actions) return reply.code(503).send({ ok: false, error: 'UNAVAILABLE', message: 'technician actions need the running agent' });
+        try {
+          return await handler(req, reply, this.actions, s);
+        } catch (err) {
+          if (err instanceof ActionError) return reply.code(err.status).send({ ok: false, error: err.code, ...err.extra, message: err.message });
+          this.log.error({ action: path, err: (err as Error).message }, 'technician action failed');
+          return reply.code(500).send({ ok: false, error: 'FAILED', message: (err as Error).message });
+        }
+      });
+    const bad = (reply: FastifyReply, e: z.ZodError) => reply.code(400).send({ ok: false, error: 'BAD_REQUEST', message: e.issues[0] ? `${e.issues[0].path.join('.')}: ${e.issues[0].message}` : 'bad request' });
+    action('open', async (req, reply, actions) => {
+      const p = ActionOpenBody.safeParse(req.body);
+      if (!p.success) return bad(reply, p.error);
+      const { confirm, ...ref } = p.data;
+      await actions.open(ref, confirm === true);
+      return reply.send({ ok: true });
+    });
+    action('door-test', async (req, reply, actions) => {
+      const p = DoorTestBody.safeParse(req.body);
+      if (!p.success) return bad(reply, p.error);
+      return reply.send({ results: await actions.doorTest(p.data.locks, p.data.timeoutMs ?? 60_000) });
+    });
+    action('bus-scan', async (req, reply, actions) => {
+      const p = BusScanBody.safeParse(req.body);
+      if (!p.success) return bad(reply, p.error);
+      return reply.send(await actions.busScan(p.data.bus));
+    });
+    action('scanner-test', async (_req, reply, actions) => reply.send(await actions.scannerTest()));
+    action('resync', async (_req, reply, actions) => {
+      actions.resync();
+      return reply.send({ ok: true });
+    });
+
+    // ---- the older open, password in the body (kept for scripts)
     app.post('/api/open', async (req, reply) => {
       const parsed = OpenBody.safeParse(req.body);
       if (!parsed.success) return reply.code(400).send({ ok: false, error: 'BAD_REQUEST', message: parsed.error.issues[0]?.message ?? 'bad request' });
@@ -146,21 +298,92 @@ export class DiagnosticsServer {
       if (this.opts.password === null) return reply.code(403).send({ ok: false, error: 'DISABLED', message: 'no technician password is configured on this terminal' });
       const client = req.socket.remoteAddress ?? '?';
       const nowMs = Date.now();
-      if (this.throttled(client, nowMs)) return reply.code(429).header('retry-after', '60').send({ ok: false, error: 'THROTTLED', message: 'too many wrong passwords; wait a minute' });
+      const wait = this.throttledMs(client, nowMs);
+      if (wait) return this.throttledReply(reply, wait);
       if (!this.passwordMatches(password)) {
         this.noteWrong(client, nowMs);
         this.log.warn({ ...at, client }, 'technician open refused: wrong password');
         return reply.code(401).send({ ok: false, error: 'WRONG_PASSWORD', message: 'wrong technician password' });
       }
       const r = await this.opts.agent.technicianOpen(at);
+      this.opts.agent.technicianAction?.({ action: 'open', ...at, via: 'api/open', outcome: r.ok ? 'ok' : r.error });
       if (!r.ok) return reply.code(r.error === 'UNKNOWN_LOCK' ? 404 : 503).send(r);
       return reply.send(r);
     });
+    this.actions?.start();
+    this.actions?.on('change', this.onChange);
     await app.listen({ host: this.opts.host, port: this.opts.port });
     this.app = app;
     const a = app.server.address();
     this.address = a && typeof a === 'object' ? `http://${a.address.includes(':') ? `[${a.address}]` : a.address}:${a.port}` : null;
     this.log.info({ listen: this.address }, 'diagnostics page listening');
+  }
+
+  // ---------------------------------------------------------------- Server-Sent Events
+
+  private openEvents(req: FastifyRequest, reply: FastifyReply): void {
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-store', connection: 'keep-alive', 'x-accel-buffering': 'no' });
+    res.write(`retry: 2000\n\n`);
+    this.sse.add(res);
+    req.raw.on('close', () => {
+      this.sse.delete(res);
+      if (!this.sse.size) this.stopSseTimers();
+    });
+    // the newcomer gets the state now; the others only when it changed
+    try {
+      const json = JSON.stringify(this.stateView());
+      res.write(`event: state\ndata: ${json}\n\n`);
+      if (this.sse.size === 1) this.lastSent = json;
+    } catch (err) {
+      this.log.warn({ err: (err as Error).message }, 'state not readable for the event stream');
+    }
+    if (!this.sseTimers.length) {
+      // changes the agent does not announce (the link, the journal being sent) are found by comparing
+      this.sseTimers.push(setInterval(() => this.broadcast(), SSE_CHECK_MS));
+      this.sseTimers.push(setInterval(() => this.each(': heartbeat\n\n'), SSE_HEARTBEAT_MS));
+      for (const t of this.sseTimers) t.unref();
+    }
+  }
+
+  private stateChanged(): void {
+    if (!this.sse.size || this.sseDebounce) return;
+    this.sseDebounce = setTimeout(() => {
+      this.sseDebounce = null;
+      this.broadcast();
+    }, SSE_DEBOUNCE_MS);
+    this.sseDebounce.unref();
+  }
+
+  private broadcast(): void {
+    if (!this.sse.size) return;
+    let json: string;
+    try {
+      json = JSON.stringify(this.stateView());
+    } catch {
+      return; // the store is closing
+    }
+    if (json === this.lastSent) return;
+    this.lastSent = json;
+    this.each(`event: state\ndata: ${json}\n\n`);
+  }
+
+  private each(chunk: string): void {
+    for (const res of this.sse) {
+      try {
+        res.write(chunk);
+      } catch {
+        this.sse.delete(res);
+      }
+    }
+  }
+
+  private stopSseTimers(): void {
+    for (const t of this.sseTimers) clearInterval(t);
+    this.sseTimers = [];
+    if (this.sseDebounce) clearTimeout(this.sseDebounce);
+    this.sseDebounce = null;
   }
 
   /** The fastify instance while started (tests inject requests from other client addresses). */
@@ -171,103 +394,11 @@ export class DiagnosticsServer {
   async stop(): Promise<void> {
     const app = this.app;
     this.app = null;
+    this.actions?.off('change', this.onChange);
+    this.actions?.stop();
+    this.stopSseTimers();
+    for (const res of this.sse) res.end();
+    this.sse.clear();
     if (app) await app.close();
   }
 }
-
-const PAGE = `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Locker terminal diagnostics</title>
-<style>
- body{font-family:system-ui,sans-serif;margin:1rem;background:#f6f7f9;color:#1b1f24}
- h1{font-size:1.3rem;margin:0 0 .5rem} h2{font-size:1.05rem;margin:1.2rem 0 .4rem}
- .cards{display:flex;gap:.8rem;flex-wrap:wrap}
- .card{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:.6rem .8rem;min-width:12rem}
- .k{color:#59636e;font-size:.8rem} .v{font-size:1.05rem;font-weight:600}
- table{border-collapse:collapse;background:#fff;margin-bottom:.6rem} td,th{border:1px solid #d8dde3;padding:.25rem .5rem;font-size:.9rem;text-align:left}
- .ok{color:#1a7f37} .bad{color:#cf222e} .warn{color:#9a6700}
- .door-open{background:#fff1e5} .door-unknown{background:#eee}
- button{cursor:pointer} #msg{margin:.5rem 0;font-weight:600}
-</style></head>
-<body>
-<h1>Locker terminal <span id="terminal">…</span></h1>
-<div class="cards">
- <div class="card"><div class="k">MQTT</div><div class="v" id="mqtt">…</div><div class="k" id="mqttlink"></div><div class="k" id="mqtturl"></div></div>
- <div class="card"><div class="k">Access codes held</div><div class="v" id="codes">…</div><div class="k" id="codesver"></div></div>
- <div class="card"><div class="k">Unsent events</div><div class="v" id="unsent">…</div><div class="k" id="lastseq"></div></div>
- <div class="card"><div class="k">Agent</div><div class="v" id="version">…</div><div class="k" id="started"></div></div>
-</div>
-<h2>Technician</h2>
-<label>Technician password <input type="password" id="password" autocomplete="off"></label>
-<div id="msg" role="status"></div>
-<h2>Buses</h2>
-<div id="buses"></div>
-<h2>Recent events</h2>
-<table id="events"><thead><tr><th>seq</th><th>time</th><th>type</th><th>details</th><th>sent</th></tr></thead><tbody></tbody></table>
-<script>
-const $ = (id) => document.getElementById(id);
-const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
-async function openLock(bus, board, lock) {
-  const password = $('password').value;
-  $('msg').textContent = 'Opening ' + bus + '/' + board + '/' + lock + '…';
-  try {
-    const r = await fetch('/api/open', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ bus, board, lock, password }) });
-    const j = await r.json();
-    $('msg').textContent = j.ok ? 'Opened ' + bus + '/' + board + '/' + lock : 'Not opened: ' + (j.error || r.status) + (j.message ? ' (' + j.message + ')' : '');
-    $('msg').className = j.ok ? 'ok' : 'bad';
-  } catch (e) { $('msg').textContent = 'Not opened: ' + e.message; $('msg').className = 'bad'; }
-  refresh();
-}
-function ago(iso) {
-  const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
-  return s < 120 ? s + ' s' : s < 7200 ? Math.round(s / 60) + ' min' : Math.round(s / 3600) + ' h';
-}
-function linkText(m) {
-  if (m.connected) return 'up since ' + esc(m.lastConnectedAt || '?');
-  const parts = [];
-  if (m.downSince) parts.push('down since ' + esc(m.downSince) + ' (' + ago(m.downSince) + ')');
-  if (m.refusals) parts.push(m.refusals + ' failed attempt' + (m.refusals === 1 ? '' : 's') + (m.lastRefusal ? ', last: <b>' + esc(m.lastRefusal.reason) + '</b>' : ''));
-  if (m.nextRetryAt) parts.push('next try in ' + Math.max(0, Math.round((Date.parse(m.nextRetryAt) - Date.now()) / 1000)) + ' s');
-  else parts.push('connecting…');
-  let html = parts.join(' — ');
-  if (m.downTooLong) html += '<div class="bad" id="mqttunhealthy">down for longer than ' + m.unhealthyAfterMinutes + ' min: unhealthy, the watchdog restarts the agent</div>';
-  return html;
-}
-function render(s) {
-  $('terminal').textContent = s.terminalId;
-  $('mqtt').innerHTML = s.mqtt.connected ? '<span class="ok">connected</span>' : '<span class="bad">disconnected</span>';
-  $('mqttlink').innerHTML = linkText(s.mqtt);
-  $('mqtturl').textContent = s.mqtt.url + (s.mqtt.lastError ? ' — ' + s.mqtt.lastError : '') + ' — ' + s.mqtt.eventsSent + ' events sent';
-  $('codes').textContent = s.codes.count;
-  $('codesver').textContent = 'version ' + s.codes.version + (s.codes.epoch ? ' (epoch ' + s.codes.epoch.slice(0, 8) + ')' : ' (never synced)');
-  $('unsent').innerHTML = s.journal.unsent ? '<span class="warn">' + s.journal.unsent + '</span>' : '<span class="ok">0</span>';
-  $('lastseq').textContent = 'last seq ' + s.journal.lastSeq;
-  $('version').textContent = s.agentVersion;
-  $('started').textContent = 'started ' + s.startedAt + (s.throttled.length ? ' — locked out: ' + s.throttled.map((t) => t.reader).join(', ') : '');
-  let html = '';
-  for (const b of s.buses) {
-    html += '<h3>' + esc(b.name) + ' <small>' + esc(b.port) + ' · ' + esc(b.dialect) + ' · port ' + (b.portOpen ? '<span class="ok">open</span>' : '<span class="bad">closed</span>') + '</small></h3>';
-    for (const bd of b.boards) {
-      html += '<table data-bus="' + esc(b.name) + '" data-board="' + bd.address + '"><caption>board ' + bd.address + ' — ' + (bd.online === true ? '<span class="ok">online</span>' : bd.online === false ? '<span class="bad">offline</span>' : 'not polled yet') + '</caption>';
-      html += '<thead><tr><th>lock</th><th>door</th><th>latch</th><th>item</th><th>locker</th><th></th></tr></thead><tbody>';
-      for (const l of bd.locks) {
-        html += '<tr class="door-' + l.door + '" data-lock="' + l.lock + '"><td>' + l.lock + '</td><td class="door">' + l.door + '</td><td>' + l.latch + '</td><td class="item">' + (l.item === null ? '?' : l.item ? 'item' : 'empty') + '</td><td>' + (l.lockerUid ? esc(l.lockerUid.slice(0, 8)) + '…' : '') + '</td>'
-          + '<td><button data-open="' + esc(b.name) + '|' + bd.address + '|' + l.lock + '">Open</button></td></tr>';
-      }
-      html += '</tbody></table>';
-    }
-  }
-  $('buses').innerHTML = html;
-  for (const btn of document.querySelectorAll('button[data-open]')) {
-    const [bus, board, lock] = btn.dataset.open.split('|');
-    btn.onclick = () => openLock(bus, Number(board), Number(lock));
-  }
-  $('events').tBodies[0].innerHTML = s.recentEvents.map((e) => '<tr><td>' + e.seq + '</td><td>' + esc(e.at) + '</td><td>' + esc(e.type) + '</td><td>' + esc(e.summary) + '</td><td>' + (e.sent ? 'yes' : '<span class="warn">no</span>') + '</td></tr>').join('');
-}
-async function refresh() {
-  try { render(await (await fetch('/api/state')).json()); } catch (e) { $('mqtt').textContent = 'agent not answering'; }
-}
-refresh();
-setInterval(refresh, 1000);
-</script>
-</body></html>`;

@@ -53,7 +53,7 @@ export interface EdgeLinkEvents {
   disconnected: [];
   /** the link state changed (connected, lost, refused, retry scheduled) */
   linkState: [state: LinkState];
-  message: [kind: 'codes' | 'commands', payload: Buffer];
+  message: [kind: 'codes' | 'commands' | 'lockers', payload: Buffer];
   /** the central service acknowledged the journal up to this seq (down/eventAcks): those are marked sent */
   eventsAcknowledged: [upTo: number];
 }
@@ -200,6 +200,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     client.on('message', (topic, payload) => {
       if (topic === edgeTopics.down(terminalId, 'codes')) this.emit('message', 'codes', payload);
       else if (topic === edgeTopics.down(terminalId, 'commands')) this.emit('message', 'commands', payload);
+      else if (topic === edgeTopics.down(terminalId, 'lockers')) this.emit('message', 'lockers', payload);
       else if (topic === edgeTopics.down(terminalId, 'eventAcks')) this.onEventAck(payload);
       else this.log.warn({ topic }, 'message on an unexpected topic dropped');
     });
@@ -277,6 +278,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
           [edgeTopics.down(this.opts.terminalId, 'codes')]: { qos: 1 },
           [edgeTopics.down(this.opts.terminalId, 'commands')]: { qos: 1 },
           [edgeTopics.down(this.opts.terminalId, 'eventAcks')]: { qos: 1 },
+          [edgeTopics.down(this.opts.terminalId, 'lockers')]: { qos: 1 },
         },
       );
       const refused = granted.filter((g) => g.qos === 128);

@@ -1,12 +1,32 @@
 // The agent's local store: one SQLite file (better-sqlite3, WAL, synchronous=FULL so a commit
 // survives a power cut). It holds the access-code cache (validated offline), the durable event
 // journal (written before publishing, marked sent on PUBACK), the executed commands (at-most-once
-// unlocks) and the failed-attempt counters.
+// unlocks), the failed-attempt counters and the locker list the central service pushed (names,
+// sizes, service and shipment state: down/lockers).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import type { CodeEntry, EdgeEventType } from '@locker/common';
+import type { CodeEntry, EdgeEventType, LockerEntry, LockerServiceState, LockerSize } from '@locker/common';
+
+/** What the central service last said about the locker at a lock position (down/lockers). */
+export interface LockerInfo {
+  uid: string;
+  /** e.g. CS-01 */
+  name: string;
+  size: LockerSize;
+  serviceState: LockerServiceState;
+  /** the state of the shipment holding it as the central service last reported (null: free) */
+  shipmentState: string | null;
+}
+
+export interface LockersMeta {
+  epoch: string | null;
+  version: number;
+  count: number;
+  /** when the list held was pushed (the central service's time), null when none is held */
+  at: string | null;
+}
 
 export interface CodesMeta {
   epoch: string | null;
@@ -64,6 +84,10 @@ CREATE TABLE IF NOT EXISTS lock_state (
   bus TEXT NOT NULL, board INTEGER NOT NULL, lock INTEGER NOT NULL, door TEXT NOT NULL, item INTEGER, at TEXT NOT NULL,
   PRIMARY KEY (bus, board, lock));
 CREATE INDEX IF NOT EXISTS failures_reader ON failures(reader, at);
+CREATE TABLE IF NOT EXISTS lockers (
+  uid TEXT PRIMARY KEY, name TEXT NOT NULL, size TEXT NOT NULL, service_state TEXT NOT NULL, shipment_state TEXT,
+  bus TEXT NOT NULL, board INTEGER NOT NULL, lock INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS lockers_position ON lockers(bus, board, lock);
 `;
 
 export class AgentStore {
@@ -164,6 +188,54 @@ export class AgentStore {
   lockerAt(bus: string, board: number, lock: number): string | null {
     const r = this.d.prepare('SELECT locker_uid FROM codes WHERE bus = ? AND board = ? AND lock = ? LIMIT 1').get(bus, board, lock) as { locker_uid: string } | undefined;
     return r?.locker_uid ?? null;
+  }
+
+  /** The usages of the codes held per lock position (the page's wall: booked / awaiting pick-up). */
+  codeUsages(): { bus: string; board: number; lock: number; usage: 'DropOff' | 'PickUp' }[] {
+    return this.d.prepare('SELECT DISTINCT bus, board, lock, usage FROM codes').all() as { bus: string; board: number; lock: number; usage: 'DropOff' | 'PickUp' }[];
+  }
+
+  // ------------------------------------------------------------------ lockers (down/lockers)
+
+  lockersMeta(): LockersMeta {
+    const count = (this.d.prepare('SELECT count(*) AS n FROM lockers').get() as { n: number }).n;
+    return { epoch: this.getMeta('lockers.epoch'), version: Number(this.getMeta('lockers.version') ?? 0), count, at: this.getMeta('lockers.at') };
+  }
+
+  /** Replaces the whole locker list and takes its epoch and version, in one transaction. */
+  replaceLockers(epoch: string, version: number, at: string, lockers: LockerEntry[]): void {
+    this.d.transaction(() => {
+      this.d.prepare('DELETE FROM lockers').run();
+      const ins = this.d.prepare(
+        `INSERT INTO lockers (uid, name, size, service_state, shipment_state, bus, board, lock) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT(uid) DO UPDATE SET name = excluded.name, size = excluded.size, service_state = excluded.service_state,
+           shipment_state = excluded.shipment_state, bus = excluded.bus, board = excluded.board, lock = excluded.lock`,
+      );
+      for (const l of lockers) ins.run(l.uid, l.name, JSON.stringify(l.size), l.serviceState, l.shipmentState, l.bus, l.board, l.lock);
+      this.setMeta('lockers.epoch', epoch);
+      this.setMeta('lockers.version', String(version));
+      this.setMeta('lockers.at', at);
+    })();
+  }
+
+  /** Every locker held, in bus/board/lock order (the page's wall). */
+  lockerList(): (LockerInfo & { bus: string; board: number; lock: number })[] {
+    return (this.d.prepare('SELECT * FROM lockers ORDER BY bus, board, lock, uid').all() as any[]).map((r) => ({
+      uid: r.uid,
+      name: r.name,
+      size: JSON.parse(r.size) as LockerSize,
+      serviceState: r.service_state,
+      shipmentState: r.shipment_state ?? null,
+      bus: r.bus,
+      board: r.board,
+      lock: r.lock,
+    }));
+  }
+
+  /** The locker at a lock position as the central service last described it; null when unknown. */
+  lockerInfo(bus: string, board: number, lock: number): LockerInfo | null {
+    const r = this.d.prepare('SELECT * FROM lockers WHERE bus = ? AND board = ? AND lock = ? ORDER BY uid LIMIT 1').get(bus, board, lock) as any;
+    return r ? { uid: r.uid, name: r.name, size: JSON.parse(r.size) as LockerSize, serviceState: r.service_state, shipmentState: r.shipment_state ?? null } : null;
   }
 
   // ------------------------------------------------------------------ journal

@@ -65,6 +65,10 @@ describeEngines('edge sync end to end: central + agent + simulator', (engine) =>
     const at = await lockerAt(uid);
     // the new codes reach the terminal without anyone asking
     await waitFor(() => agent.store.findCodes(hashOf(c.dropQr!)).length === 1, 'drop-off code at the terminal');
+    // and the locker list (down/lockers): the page's names, sizes and the booked locker's state
+    await waitFor(() => agent.store.lockerInfo('bus0', 0, 1), 'locker list at the terminal');
+    expect(agent.store.lockerInfo('bus0', 0, 1)).toMatchObject({ name: 'A1-01', size: { code: 'S' }, serviceState: 'active' });
+    await waitFor(() => agent.store.lockerInfo('bus0', at.board, at.lock)?.shipmentState === 'ReadyForDropoff', 'booked state at the terminal');
 
     await sim.scanner('scan0').scan(c.dropQr!, { chunks: 2 });
     await waitFor(() => sim.bus('bus0').lock(at.board, at.lock).state.doorOpen, 'the booked locker opens');
@@ -72,6 +76,7 @@ describeEngines('edge sync end to end: central + agent + simulator', (engine) =>
     sim.bus('bus0').lock(at.board, at.lock).putItem();
     sim.bus('bus0').lock(at.board, at.lock).closeDoor();
     await waitFor(async () => (await stateOf(t, uid)) === 'ReadyForPickup', 'ReadyForPickup');
+    await waitFor(() => agent.store.lockerInfo('bus0', at.board, at.lock)?.shipmentState === 'ReadyForPickup', 'dropped-off state at the terminal');
     const tr = await transitions(t, uid);
     expect(tr.map((x) => [x.to_state, x.cause])).toEqual([
       ['ReadyForDropoff', 'api'],

@@ -7,7 +7,7 @@ export const EDGE_PROTOCOL_VERSION = 1 as const;
 export const TOPIC_ROOT = 'locker/v1/t';
 
 export type UpKind = 'status' | 'sync' | 'events' | 'acks';
-export type DownKind = 'codes' | 'commands' | 'eventAcks';
+export type DownKind = 'codes' | 'commands' | 'eventAcks' | 'lockers';
 
 export const edgeTopics = {
   up: (terminalId: string, kind: UpKind) => `${TOPIC_ROOT}/${terminalId}/up/${kind}`,
@@ -77,6 +77,36 @@ export type SyncRequest = z.infer<typeof SyncRequest>;
 
 export const BusHealth = z.object({ name: z.string(), portOpen: z.boolean(), boards: z.array(z.object({ address: z.number().int(), online: z.boolean().nullable() })) });
 
+/**
+ * down/lockers: the pick up point's lockers as the central service knows them (provisioning and the
+ * state of the shipment holding each), for the technician's page. A full list every time (no
+ * deltas); `epoch` is the terminal's code epoch, `version` counts up by one per change of the list
+ * within it. The terminal keeps the newest: a list of the held epoch with a lower version is
+ * ignored. No personal data: names, sizes, positions and state codes only.
+ */
+export const LockerServiceState = z.enum(['active', 'outOfService']);
+export type LockerServiceState = z.infer<typeof LockerServiceState>;
+export const LockerSize = z.object({
+  /** the provisioned size code (S, M, ...), null when the locker has none */
+  code: text(40).nullable(),
+  /** inner dimensions in cm */
+  width: z.number().min(0),
+  height: z.number().min(0),
+  length: z.number().min(0),
+});
+export type LockerSize = z.infer<typeof LockerSize>;
+export const LockerEntry = LockRef.extend({
+  uid: id,
+  name: text(200),
+  size: LockerSize,
+  serviceState: LockerServiceState,
+  /** the state of the shipment holding the locker (e.g. ReadyForPickup), null when it is free */
+  shipmentState: text(64).nullable(),
+});
+export type LockerEntry = z.infer<typeof LockerEntry>;
+export const LockersMessage = z.object({ v, epoch: id, version: z.number().int().min(1), at: iso, lockers: z.array(LockerEntry) });
+export type LockersMessage = z.infer<typeof LockersMessage>;
+
 export const StatusOnline = z.object({
   v,
   state: z.literal('online'),
@@ -85,6 +115,8 @@ export const StatusOnline = z.object({
   startedAt: iso,
   at: iso,
   codes: z.object({ epoch: z.string().nullable(), version: z.number().int().min(0), count: z.number().int().min(0) }),
+  /** the down/lockers list held (absent: an agent that does not take it) */
+  lockers: z.object({ epoch: z.string().nullable(), version: z.number().int().min(0) }).optional(),
   journal: z.object({ unsent: z.number().int().min(0), lastSeq: z.number().int().min(0) }),
   buses: z.array(BusHealth),
 });
@@ -137,6 +169,8 @@ export const EVENT_TYPES = [
   'boardOnline',
   'busPortLost',
   'busPortRestored',
+  /** what a technician did on the diagnostics page ({who: 'technician', action, target..., outcome}) */
+  'technicianAction',
 ] as const;
 export type EdgeEventType = (typeof EVENT_TYPES)[number];
 

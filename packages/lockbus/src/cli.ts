@@ -4,8 +4,14 @@
 //   locker-lockbus scan   --port /dev/ttyUSB0 --dialect kerong-cu16 [--baud 19200] [--boards 0-14] [--polarity closed-high] [--json]
 //   locker-lockbus unlock --port /dev/ttyUSB0 --dialect kerong-cu16 --board 0 --lock 3 [--watch 5000]
 //
+// A port the running terminal agent holds is refused (its claim file in <state>/ports/, see
+// port-claim.ts; a serial port's OS lock too): the agent's polling and this scan would interleave on
+// the wire and show boards that are not there. The technician uses the page's bus scan then.
+//
 // Exit codes (EXIT): 0 ok, 1 port or bus error, 2 usage (an unknown flag, a bad or missing value:
-// one line on stderr), 3 scan found no board / unlock not confirmed. --help: usage, exit 0.
+// one line on stderr) or the port is held by the running agent (one line on stderr), 3 scan found
+// no board / unlock not confirmed. --help: usage, exit 0.
+import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
 import { parseCliArgs } from '@locker/common';
@@ -13,8 +19,9 @@ import { dialects, isDialectName, type Dialect } from './codec/index';
 import { LockBus, type Polarity } from './driver/lock-bus';
 import { LockBusError } from './errors';
 import { resolveBaudRate } from './transport/factory';
+import { DEFAULT_AGENT_STATE_DIRS, findPortHolder, type PortClaim } from './port-claim';
 
-export const EXIT = { ok: 0, error: 1, usage: 2, noAnswer: 3 } as const;
+export const EXIT = { ok: 0, error: 1, usage: 2, inUse: 2, noAnswer: 3 } as const;
 
 export interface BoardScan {
   address: number;
@@ -42,8 +49,31 @@ Usage:
   locker-lockbus unlock --port <...> --dialect <...> --board N --lock N [--baud N] [--polarity ...] [--locks N] [--watch ms] [--verbose]
   locker-lockbus --help
 
-Exit codes: 0 ok; 1 port or bus error; 2 usage (unknown flag, bad or missing value);
-3 scan found no board, or unlock not confirmed (board silent, door did not open).`;
+  --agent-state <dir>  the terminal agent's state directory (where its store is), to see whether it
+                       holds the port (default: the directory of $LOCKER_AGENT_STORE_PATH,
+                       ${DEFAULT_AGENT_STATE_DIRS.join(', ')}). A port the running agent holds is refused:
+                       use the bus scan on the agent's diagnostics page instead (or stop the agent).
+
+Exit codes: 0 ok; 1 port or bus error; 2 usage (unknown flag, bad or missing value), or the port
+is held by the running terminal agent; 3 scan found no board, or unlock not confirmed (board
+silent, door did not open).`;
+
+/** Thrown when the running agent holds the port: one line on stderr, exit 2. */
+class InUseError extends Error {}
+
+/** The one line that refuses a port the agent holds. */
+export function inUseMessage(port: string, holder: PortClaim | null): string {
+  const who = holder ? `the terminal agent (pid ${holder.pid}, bus ${holder.bus})` : 'another process (the terminal agent?)';
+  const page = holder?.diagnosticsUrl ? ` (${holder.diagnosticsUrl})` : '';
+  return `${port} is held by ${who}: scanning beside its polling would report boards that are not there; use the bus scan on the agent's diagnostics page${page}, which pauses the agent's polling, or stop the agent first`;
+}
+
+/** The state directories to look in for the agent's claims. */
+function agentStateDirs(flag: string | undefined): string[] {
+  if (flag) return [flag];
+  const env = process.env.LOCKER_AGENT_STORE_PATH;
+  return [...(env ? [path.dirname(path.resolve(env))] : []), ...DEFAULT_AGENT_STATE_DIRS];
+}
 
 class UsageError extends Error {}
 
@@ -139,6 +169,10 @@ export async function main(argv: string[], out: (s: string) => void = (s) => con
   try {
     return await run(argv, out);
   } catch (e) {
+    if (e instanceof InUseError) {
+      err(`locker-lockbus: ${e.message}`);
+      return EXIT.inUse;
+    }
     if (!(e instanceof UsageError)) throw e;
     err(`locker-lockbus: ${e.message}`);
     return EXIT.usage;
@@ -169,6 +203,7 @@ async function run(argv: string[], out: (s: string) => void): Promise<number> {
         watch: { type: 'string' },
         json: { type: 'boolean' },
         verbose: { type: 'boolean' },
+        'agent-state': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     },
@@ -209,6 +244,9 @@ async function run(argv: string[], out: (s: string) => void): Promise<number> {
   const lock = cmd === 'unlock' ? intFlag(values, 'lock', undefined, 1, d.maxLocks) : 0;
   const watchMs = intFlag(values, 'watch', 5000, 1);
   const logger = pino({ level: values.verbose ? 'debug' : 'silent' });
+  // the running agent's port: refused before anything is sent on it
+  const holder = findPortHolder(agentStateDirs(values['agent-state'] as string | undefined), port!);
+  if (holder) throw new InUseError(inUseMessage(port!, holder));
   try {
     if (cmd === 'scan') {
       const bus = new LockBus({
@@ -263,6 +301,9 @@ async function run(argv: string[], out: (s: string) => void): Promise<number> {
     }
   } catch (e) {
     const code = e instanceof LockBusError ? e.code : 'ERROR';
+    // a serial port another process holds (serialport's flock): most likely the agent, with its
+    // claims in a state directory not looked in
+    if (code === 'PORT_OPEN_FAILED' && /cannot lock port|resource temporarily unavailable|EAGAIN|EWOULDBLOCK/i.test((e as Error).message)) throw new InUseError(inUseMessage(port!, null));
     out(`error ${code}: ${(e as Error).message}`);
     return EXIT.error;
   }

@@ -13,7 +13,9 @@ export type LockBusErrorCode =
   | 'UNKNOWN_BOARD'
   | 'UNKNOWN_BUS'
   | 'UNSUPPORTED'
-  | 'BAD_CONFIG';
+  | 'BAD_CONFIG'
+  /** the bus is paused (a scan holds it) or an unlock is still being watched: try again later */
+  | 'BUSY';
 
 export class LockBusError extends Error {
   readonly code: LockBusErrorCode;

@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import { Simulator } from '@locker/firmware-sim';
 import { hashCode, parseEdgeTopic, type CodeEntry } from '@locker/common';
 import { Agent } from '../../src/agent';
@@ -70,16 +70,28 @@ export class World {
   /** the seqs "stored" per journal (for the acknowledgements) */
   readonly stored = new Map<string, Set<number>>();
 
-  static async create(extra: Partial<AgentConfigInput> = {}, opts: { startAgent?: boolean } = {}): Promise<World> {
+  /** The agent's logger (default: silent). */
+  log: Logger = silent;
+
+  /**
+   * opts.simBoards: the board addresses the simulator has on bus0 (default 0, 1); opts.agentBoards:
+   * the ones the agent's config expects there (default 0, 1): a board configured but not simulated
+   * is missing, one simulated but not configured is unexpected.
+   */
+  static async create(extra: Partial<AgentConfigInput> = {}, opts: { startAgent?: boolean; simBoards?: number[]; agentBoards?: number[]; log?: Logger } = {}): Promise<World> {
     const w = new World();
+    if (opts.log) w.log = opts.log;
     w.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agent-world-'));
     w.t = await createTestService('sqlite');
     await w.startBroker(0);
     w.sim = new Simulator({
-      buses: [{ name: 'bus0', link: { kind: 'pty' }, dialect: 'kerong-cu16', boards: [{ address: 0 }, { address: 1 }] }],
+      buses: [{ name: 'bus0', link: { kind: 'pty' }, dialect: 'kerong-cu16', boards: (opts.simBoards ?? [0, 1]).map((address) => ({ address })) }],
       scanners: [{ name: 'scan0', link: { kind: 'pty' }, suffix: '\r' }],
     });
     await w.sim.start();
+    if (opts.agentBoards) {
+      extra = { ...extra, buses: [{ name: 'bus0', port: `${w.sim.bus('bus0').path!}?baud=19200`, dialect: 'kerong-cu16', boards: opts.agentBoards.map((address) => ({ address })), ...BUS_TIMING }] };
+    }
     w.config = agentConfig(w.dir, w.sim.bus('bus0').path!, w.sim.scanner('scan0').path, extra, `mqtt://127.0.0.1:${w.brokerPort}`);
     if (opts.startAgent !== false) await w.startAgent();
     return w;
@@ -125,7 +137,7 @@ export class World {
   }
 
   async startAgent(): Promise<void> {
-    this.agent = new Agent({ config: this.config, log: silent });
+    this.agent = new Agent({ config: this.config, log: this.log });
     await this.agent.start();
     await waitFor(() => this.agent.state().mqtt.connected, 'agent connected');
     await waitFor(() => this.agent.buses.bus('bus0').boardOnline(0) && this.agent.buses.bus('bus0').boardOnline(1), 'boards online');
@@ -143,7 +155,7 @@ export class World {
     return out;
   }
 
-  async publish(kind: 'codes' | 'commands', body: unknown): Promise<void> {
+  async publish(kind: 'codes' | 'commands' | 'lockers', body: unknown): Promise<void> {
     await this.broker.publish(`locker/v1/t/${TERMINAL.id}/down/${kind}`, typeof body === 'string' ? body : JSON.stringify(body), { qos: 1 });
   }
 

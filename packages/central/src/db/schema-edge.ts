@@ -30,6 +30,10 @@ export interface EdgeTerminalsTable {
   /** a status that still had unsent events: its corrected time, proven once seq pending_through_seq is here */
   pending_through_at?: string | null;
   pending_through_seq?: number | string | null;
+  /** migration 408: version of the down/lockers list last pushed (compare-and-set, as codes_version) */
+  lockers_version?: number;
+  /** digest of that list (null: never pushed) */
+  lockers_digest?: string | null;
 }
 
 /** The code set last pushed to a terminal: one row per access code, with a digest of its entry. */

@@ -8,6 +8,11 @@
 // and on every terminal status; a terminal whose status shows another epoch/version, or that asks
 // on up/sync, gets a full snapshot.
 //
+// Lockers: the point's locker list (names, sizes, service state, the holding shipment's state) is
+// pushed on down/lockers whenever it differs from the list last pushed to the terminal (the same
+// triggers as codes: a shipment transition touches the codes), and after a status that shows the
+// terminal holds another list.
+//
 // Events: each is stored in edge_events (deduplicated by eventId) before the broker acknowledges
 // it to the terminal; dropOff / pickUp events then run the shipment transition (the same code as
 // SimulateLockerAccess) with cause "door". An event whose processing failed for a transient reason
@@ -24,6 +29,7 @@ import {
   parseMessage,
   type CodesDelta,
   type CodesSnapshot,
+  type LockersMessage,
 } from '@locker/common';
 import type { AppContext, Worker } from '../context';
 import type { Database } from '../db/schema';
@@ -33,6 +39,7 @@ import { ApiError } from '../errors';
 import { newUid, toDbTime } from '../ids';
 import { handleDoorEvent } from '../shipments/service';
 import { currentCodes, diffCodes, entryDigest } from './codes';
+import { currentLockers, lockersDigest } from './lockers';
 import { onCodesChanged } from './notify';
 import { recordObservation } from './observations';
 import { doorTime, onlineStatusColumns } from './clock';
@@ -189,6 +196,8 @@ export class EdgeSync implements Worker {
       const row = await this.ensureTerminal(terminalId);
       if (held.epoch !== row.epoch || held.version !== row.codes_version) await this.sendSnapshot(terminalId);
       else await this.pushChanges(terminalId);
+      // the locker list: again when the terminal holds another one than the last pushed
+      await this.pushLockers(terminalId, msg.lockers ?? null);
     }).catch((err) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'code sync after status failed'));
   }
 
@@ -276,6 +285,39 @@ export class EdgeSync implements Worker {
     }
   }
 
+  /**
+   * down/lockers: the pick up point's lockers (edge/lockers.ts). Pushed when the list differs from
+   * the one last pushed to this terminal (its digest; the version is claimed by compare-and-set on
+   * edge_terminals.lockers_version, as for codes), and, from a status, when the terminal holds
+   * another epoch/version than the last pushed (`held`; null: a status without `lockers`, an agent
+   * that does not take the message: only changes are pushed then).
+   */
+  async pushLockers(terminalId: string, held: { epoch: string | null; version: number } | null = null): Promise<void> {
+    const pup = await this.terminalPup(terminalId);
+    if (!pup) return;
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const lockers = await currentLockers(this.db, pup);
+      const digest = lockersDigest(lockers);
+      const row = await this.ensureTerminal(terminalId);
+      let version = Number(row.lockers_version ?? 0);
+      if (row.lockers_digest !== digest) {
+        const r = await this.db
+          .updateTable('edge_terminals')
+          .set({ lockers_version: version + 1, lockers_digest: digest, updated_at: this.nowDb() })
+          .where('terminal_id', '=', terminalId)
+          .where('lockers_version', '=', version)
+          .executeTakeFirst();
+        if (Number(r.numUpdatedRows) !== 1) continue; // another instance pushed meanwhile
+        version += 1;
+      } else if (!held || (held.epoch === row.epoch && held.version === version)) return;
+      const msg: LockersMessage = { v: 1, epoch: row.epoch, version, at: this.ctx.clock.now().toISOString(), lockers };
+      await this.bus.publish(edgeTopics.down(terminalId, 'lockers'), JSON.stringify(msg), { qos: 1 });
+      this.log.info({ terminal: terminalId, version, count: lockers.length }, 'locker list pushed');
+      return;
+    }
+    this.log.warn({ terminal: terminalId }, 'locker list: version kept moving; the next change or status will retry');
+  }
+
   private async onlineTerminals(pupUid?: string): Promise<string[]> {
     let q = this.db.selectFrom('edge_terminals as e').innerJoin('terminals as t', 't.id', 'e.terminal_id').select('e.terminal_id').where('e.online', '=', 1);
     if (pupUid) q = q.where('t.pup_uid', '=', pupUid);
@@ -294,9 +336,10 @@ export class EdgeSync implements Worker {
         if (!ids.length) this.pendingPups.delete(pupUid);
         return Promise.all(
           ids.map((id) =>
-            this.serial(id, () => {
+            this.serial(id, async () => {
               this.pendingPups.delete(pupUid);
-              return this.pushChanges(id, changedAt);
+              await this.pushChanges(id, changedAt);
+              await this.pushLockers(id);
             }),
           ),
         );
@@ -334,7 +377,14 @@ export class EdgeSync implements Worker {
     if (nowMs - this.lastReconcile >= this.ctx.config.edge.reconcileSeconds * 1000) {
       this.lastReconcile = nowMs;
       const ids = await this.onlineTerminals();
-      await Promise.all(ids.map((id) => this.serial(id, () => this.pushChanges(id))));
+      await Promise.all(
+        ids.map((id) =>
+          this.serial(id, async () => {
+            await this.pushChanges(id);
+            await this.pushLockers(id);
+          }),
+        ),
+      );
     } else {
       for (const pup of changed) this.pupChanged(pup);
     }

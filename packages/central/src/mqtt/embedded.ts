@@ -45,7 +45,7 @@ export interface EmbeddedBrokerOptions {
 
 /** Default of mqtt.maxMessageBytes: far above the largest legitimate terminal message (a status). */
 export const MAX_TERMINAL_MESSAGE_BYTES = 256 * 1024;
-/** Default of mqtt.maxSubscriptions: a terminal needs its own down/codes and down/commands. */
+/** Default of mqtt.maxSubscriptions: a terminal subscribes to 4 filters (down/codes, down/commands, down/eventAcks, down/lockers). */
 export const MAX_SUBSCRIPTIONS = 16;
 /** The only up/ topic a terminal publishes retained (its status and last will). */
 const RETAINED_KINDS = new Set(['status']);

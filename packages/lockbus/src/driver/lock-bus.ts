@@ -136,6 +136,17 @@ export interface TransactionEvent extends Base {
   durationMs: number;
 }
 
+/** One address of a bus scan (LockBus.scan). */
+export interface AddressScan {
+  address: number;
+  /** answers: good status replies only; garbled: garbled / bad-checksum answers (two boards on one address, wiring); no-answer: silent */
+  result: 'answers' | 'no-answer' | 'garbled';
+  /** Attempts made and how each ended (ok / NO_REPLY / GARBLED_REPLY / BAD_CHECKSUM). */
+  attempts: string[];
+  /** Locks read (answering boards). */
+  locks?: number;
+}
+
 export interface TransactionResult {
   /** When the request finished draining (performance.now()). */
   drainedAt: number;
@@ -206,6 +217,11 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private backoffMs: number;
   private pollWake: (() => void) | null = null;
   private pollLoopDone: Promise<void> | null = null;
+  /** pause(): the poll loop reads no board (a scan holds the bus); resume() ends it */
+  private pausedFor: string | null = null;
+  private pauseWake: (() => void) | null = null;
+  /** the poll of one board under way (pause() waits for it) */
+  private polling: Promise<void> | null = null;
   private readonly handlers: { data: (c: Buffer) => void; close: (e?: Error) => void; error: (e: Error) => void };
 
   constructor(private readonly opts: LockBusOptions) {
@@ -323,6 +339,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     for (const j of this.queue.splice(0)) j.reject(new LockBusError('NOT_SENT', 'bus stopped before the request was sent'));
     this.collector?.abort(stopped);
     this.pollWake?.();
+    this.pauseWake?.();
     await this.pumping;
     await this.pollLoopDone;
     this.detach();
@@ -338,13 +355,93 @@ export class LockBus extends EventEmitter<LockBusEvents> {
    */
   async unlock(board: number, lock: number): Promise<UnlockResult> {
     this.requireBoard(board);
+    this.refuseWhilePaused();
     return this.sendUnlock({ kind: 'unlock', board, lock }, lock);
   }
 
   async unlockAll(board: number): Promise<UnlockResult> {
     this.requireBoard(board);
     if (!this.dialect.supports('unlockAll')) throw new LockBusError('UNSUPPORTED', `${this.dialect.name} has no unlock-all`);
+    this.refuseWhilePaused();
     return this.sendUnlock({ kind: 'unlockAll', board }, 'all');
+  }
+
+  /** Why the poll loop is paused (pause()), or null while it polls. */
+  get paused(): string | null {
+    return this.pausedFor;
+  }
+
+  /**
+   * Stops the poll loop reading boards (the poll under way finishes first) until resume(): the
+   * transport stays open and other requests (readStatus, transact) still run, so the bus's owner
+   * can use the line alone, e.g. for a scan. Nothing is tracked meanwhile, so no board goes
+   * offline and no jam is judged. Unlocks are refused (BUSY) while paused: a door opened unwatched
+   * would be judged jammed or forced when polling resumes. Refused (BUSY) while already paused, or
+   * while an unlock is still being watched (its jam window has not run out).
+   */
+  async pause(why: string): Promise<void> {
+    if (!this.running) throw new LockBusError('NOT_SENT', `bus ${this.name} is not started`);
+    if (this.pausedFor !== null) throw new LockBusError('BUSY', `bus ${this.name} is paused already (${this.pausedFor})`);
+    if ([...this.states.values()].some((s) => s.locks.some((l) => l.unlockAt !== null))) {
+      throw new LockBusError('BUSY', `bus ${this.name}: an unlock is still being watched; try again in a few seconds`);
+    }
+    this.pausedFor = why;
+    this.log.info({ why }, 'polling paused');
+    await this.polling;
+  }
+
+  /** Polling again after pause(). */
+  resume(): void {
+    if (this.pausedFor === null) return;
+    this.pausedFor = null;
+    this.log.info('polling resumed');
+    const wake = this.pauseWake;
+    this.pauseWake = null;
+    wake?.();
+  }
+
+  /**
+   * Which addresses answer (default: the dialect's whole address range), with polling paused
+   * meanwhile, over this bus's own transport: the answers cannot be mixed up with the poll
+   * loop's (a second program on the same line reports ghost boards). Every address is read once
+   * (a silent one costs one reply timeout); answering or garbled ones twice more. Tracked state
+   * is not touched: no board goes offline or online through a scan. BUSY while paused already.
+   */
+  async scan(addresses?: number[]): Promise<AddressScan[]> {
+    const [lo, hi] = this.dialect.boardRange;
+    const list = addresses ?? Array.from({ length: hi - lo + 1 }, (_, i) => lo + i);
+    for (const a of list) if (!Number.isInteger(a) || a < lo || a > hi) throw new LockBusError('BAD_CONFIG', `bus ${this.name}: address ${a} not in ${lo}..${hi} for ${this.dialect.name}`);
+    if (!this.transport.isOpen) throw new LockBusError('NOT_SENT', `port ${this.transport.description} is not open`);
+    await this.pause('scan');
+    const out: AddressScan[] = [];
+    try {
+      for (const address of list) {
+        const attempts: string[] = [];
+        let locks: number | undefined;
+        for (let i = 0; i < 3; i++) {
+          try {
+            locks = (await this.readStatus(address)).closed.length;
+            attempts.push('ok');
+          } catch (err) {
+            const code = err instanceof LockBusError ? err.code : 'ERROR';
+            attempts.push(code);
+            if (code === 'PORT_LOST' || code === 'NOT_SENT' || code === 'STOPPED' || code === 'WRITE_FAILED') throw err;
+          }
+          if (i === 0 && attempts[0] === 'NO_REPLY') break;
+        }
+        const ok = attempts.filter((a) => a === 'ok').length;
+        const bad = attempts.filter((a) => a === 'GARBLED_REPLY' || a === 'BAD_CHECKSUM').length;
+        out.push({ address, result: bad > 0 ? 'garbled' : ok > 0 ? 'answers' : 'no-answer', attempts, ...(locks !== undefined ? { locks } : {}) });
+      }
+    } finally {
+      this.resume();
+    }
+    this.log.info({ found: out.filter((r) => r.result === 'answers').map((r) => r.address), garbled: out.filter((r) => r.result === 'garbled').map((r) => r.address) }, 'bus scanned');
+    return out;
+  }
+
+  private refuseWhilePaused(): void {
+    if (this.pausedFor !== null) throw new LockBusError('BUSY', `bus ${this.name} is paused (${this.pausedFor}): no unlock until polling resumes`);
   }
 
   /** One status read outside the poll cycle (wiring check). Does not change tracked state. */
@@ -780,13 +877,21 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private async pollLoop(): Promise<void> {
     while (this.running) {
       const t0 = performance.now();
+      let waited = false;
       for (const spec of this.boardSpecs) {
+        while (this.running && this.pausedFor !== null) {
+          waited = true;
+          await new Promise<void>((resolve) => (this.pauseWake = resolve));
+        }
         if (!this.running) return;
-        await this.pollBoard(spec);
+        this.polling = this.pollBoard(spec);
+        await this.polling;
+        this.polling = null;
       }
       const durationMs = performance.now() - t0;
       if (!this.running) return;
-      this.safeEmit('pollCycle', { bus: this.name, at: this.now(), durationMs });
+      // a cycle that waited out a pause did not take that long to read the boards
+      if (!waited) this.safeEmit('pollCycle', { bus: this.name, at: this.now(), durationMs });
       const wait = this.t.pollIntervalMs - durationMs;
       if (wait > 0) {
         await new Promise<void>((resolve) => {

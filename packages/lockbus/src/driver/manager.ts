@@ -4,7 +4,7 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import { LockBusError } from '../errors';
-import { LockBus, type LockBusEvents, type LockBusOptions, type UnlockResult } from './lock-bus';
+import { LockBus, type AddressScan, type LockBusEvents, type LockBusOptions, type UnlockResult } from './lock-bus';
 
 const FORWARDED = [
   'unlockSent',
@@ -57,6 +57,11 @@ export class LockBusManager extends EventEmitter<LockBusEvents> {
     await Promise.all([...this.buses.values()].map((b) => b.stop()));
     for (const b of this.buses.values()) b.removeAllListeners();
     this.buses.clear();
+  }
+
+  /** A scan of one bus (LockBus.scan: its polling paused meanwhile, its own transport). */
+  scan(bus: string, addresses?: number[]): Promise<AddressScan[]> {
+    return this.bus(bus).scan(addresses);
   }
 
   unlock(bus: string, board: number, lock: number): Promise<UnlockResult> {

@@ -20,6 +20,7 @@ import * as m404 from './404_lock_observations';
 import * as m405 from './405_edge_ordering';
 import * as m406 from './406_pin_throttle';
 import * as m407 from './407_account_search';
+import * as m408 from './408_edge_lockers';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -41,4 +42,5 @@ export const migrations: Record<string, Migration> = {
   '405_edge_ordering': m405,
   '406_pin_throttle': m406,
   '407_account_search': m407,
+  '408_edge_lockers': m408,
 };
