@@ -12,7 +12,6 @@ import {
   CodesMessage,
   hashCode,
   parseMessage,
-  type AckErrorCode,
   type EdgeEventType,
   type LockRef,
   type StatusOnline,
@@ -29,6 +28,7 @@ import { expireSessions, journalInput, lockKey, sessionStep, type SessionEffect,
 import { DiagnosticsServer } from './diagnostics';
 import { createAgentLogger, logRingOf, type LogRing } from './logger';
 import { AgentMetrics, AgentMetricsServer } from './metrics';
+import type { AgentState, CredentialOutcome, TechnicianHost, TechnicianOpenOutcome, UnlockOutcome } from './host';
 
 export const AGENT_VERSION: string = (() => {
   try {
@@ -44,37 +44,11 @@ export interface AgentOptions {
   now?: () => Date;
 }
 
-export type UnlockOutcome = { ok: true; alreadyOpen: boolean } | { ok: false; error: AckErrorCode; message: string };
-/** The diagnostics page's open: JOURNAL_UNAVAILABLE when the store cannot be written (nothing pulsed). */
-export type TechnicianOpenOutcome = UnlockOutcome | { ok: false; error: 'JOURNAL_UNAVAILABLE'; message: string };
-
-/** What became of a presented code. JOURNAL_UNAVAILABLE: the opening could not be journalled, so no lock was pulsed. */
-export type CredentialOutcome =
-  | { accepted: true; lockerUid: string }
-  | { accepted: false; reason: 'STOPPING' | 'CODES_STALE' | 'THROTTLED' | 'UNKNOWN_CODE' | 'LOCK_UNAVAILABLE' | 'JOURNAL_UNAVAILABLE' | 'FAILED' | 'SCANNER_TEST'; error?: string };
-
-export interface LockState extends LockView {
-  lockerUid: string | null;
-}
-
-export interface AgentState {
-  terminalId: string;
-  agentVersion: string;
-  startedAt: string;
-  /** the broker link (EdgeLink.linkState()); downTooLong: down for longer than unhealthyAfterMinutes, healthy() is false */
-  mqtt: ReturnType<EdgeLink['linkState']> & { url: string; lastError: string | null; eventsSent: number; unhealthyAfterMinutes: number | null; downTooLong: boolean };
-  codes: { epoch: string | null; version: number; count: number };
-  journal: { unsent: number; lastSeq: number };
-  buses: { name: string; port: string; dialect: string; portOpen: boolean; boards: { address: number; online: boolean | null; locks: LockState[] }[] }[];
-  scanners: { name: string; port: string }[];
-  throttled: { reader: string; untilMs: number }[];
-  openSessions: number;
-  recentEvents: { seq: number; type: string; at: string; sent: boolean; summary: string }[];
-}
+export type { AgentState, CredentialOutcome, LockState, TechnicianOpenOutcome, UnlockOutcome } from './host';
 
 const BUS_EVENTS = ['doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'unlockUnobserved', 'forcedOpen', 'doorLeftOpen', 'boardOffline', 'boardOnline'] as const;
 
-export class Agent {
+export class Agent implements TechnicianHost {
   store!: AgentStore;
   link!: EdgeLink;
   buses!: LockBusManager;

@@ -24,13 +24,13 @@ import type { ServerResponse } from 'node:http';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { z } from 'zod';
-import type { Agent } from './agent';
-import { ActionError, TechnicianActions, type TechnicianHost } from './technician/actions';
+import type { TechnicianHost } from './host';
+import { ActionError, TechnicianActions } from './technician/actions';
 import { sameSecret, TechnicianSessions, type TechnicianSession } from './technician/session';
 
 export interface DiagnosticsOptions {
   /** the agent; with only state and technicianOpen (tests) the technician actions answer 503 */
-  agent: Pick<Agent, 'state' | 'technicianOpen'> & Partial<TechnicianHost>;
+  agent: Pick<TechnicianHost, 'state' | 'technicianOpen'> & Partial<TechnicianHost>;
   host: string;
   port: number;
   /** null: logins and the open action are disabled */

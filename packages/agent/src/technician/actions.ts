@@ -6,7 +6,7 @@
 import { EventEmitter } from 'node:events';
 import type { LockRef } from '@locker/common';
 import { LockBusError, type LockBusEvents } from '@locker/lockbus';
-import type { Agent, AgentState } from '../agent';
+import type { AgentState, TechnicianHost } from '../host';
 
 export type WallStatus = 'free' | 'booked' | 'occupied' | 'open' | 'fault';
 export type WallFault = 'jam' | 'forced-open' | 'left-open' | 'board-offline';
@@ -67,7 +67,7 @@ export class ActionError extends Error {
   }
 }
 
-export type TechnicianHost = Pick<Agent, 'buses' | 'store' | 'state' | 'technicianOpen' | 'technicianAction' | 'requestCodeSnapshot' | 'credentialTap' | 'logRing'>;
+export type { TechnicianHost } from '../host';
 
 const key = (r: LockRef) => `${r.bus}/${r.board}/${r.lock}`;
 const WATCHED = ['doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'jam', 'forcedOpen', 'doorLeftOpen', 'boardOffline', 'boardOnline', 'portOpened', 'portClosed'] as const;
