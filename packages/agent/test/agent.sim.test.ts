@@ -168,8 +168,11 @@ describe('agent + simulator + embedded broker', () => {
     await waitFor(() => w.agent.state().journal.unsent === 0, 'all sent after the broker is back', 15_000);
     const evs = w.events();
     expect(evs.length).toBe(delivered + unsent);
-    expect(evs.map((e) => e.seq)).toEqual(evs.map((_, i) => i + 1));
-    expect(types(evs.slice(delivered)).filter((t) => t === 'doorClosed')).toHaveLength(3);
+    // every seq exactly once. After a reconnect, what was in flight on the old connection may
+    // arrive before the resend of an older unacknowledged event: the central service applies by
+    // seq and holds an early one (docs/edge-protocol.md, "Order and acknowledgement")
+    expect(evs.map((e) => e.seq).sort((a, b) => a - b)).toEqual(evs.map((_, i) => i + 1));
+    expect(evs.filter((e) => e.seq > lastSeq).filter((e) => e.type === 'doorClosed')).toHaveLength(3);
   });
 
   it('a journal that cannot be written: the code is refused (JOURNAL_UNAVAILABLE), no lock pulsed, the watchdog check fails', async () => {
