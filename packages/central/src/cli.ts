@@ -6,6 +6,7 @@ import { parseCliArgs } from '@locker/common';
 import { ConfigError, loadConfig, type Config } from './config';
 import { openDatabase } from './db/database';
 import { systemClock } from './clock';
+import { terminalDigestKey } from './auth/terminal-secret-digest';
 import { applyProvisioning, parseProvisioning, ProvisioningError, readProvisioningFile } from './provisioning/apply';
 import { provisioningJsonSchema } from './provisioning/schema';
 import { aclUsers, buildPasswdFile, MqttPasswdError, parsePasswdFile, parseUserPasswords, writePasswdFile } from './mqtt/passwd';
@@ -63,7 +64,7 @@ async function provision(cfg: Config, file: string) {
   const db = await openDatabase({ url: cfg.database.url, sqliteSynchronous: cfg.database.sqliteSynchronous });
   try {
     await db.migrate();
-    return await applyProvisioning(db.kysely, parsed, systemClock);
+    return await applyProvisioning(db.kysely, parsed, systemClock, { terminalDigestKey: terminalDigestKey({ pepper: cfg.mqtt.terminalSecretPepper, tokenSigningKey: cfg.auth.tokenSigningKey }) });
   } catch (e) {
     if (e instanceof ProvisioningError) fail(`${e.code}: ${e.message}`);
     throw e;
@@ -185,7 +186,7 @@ export async function main(argv: string[]) {
         ...cfg,
         auth: { ...cfg.auth, tokenSigningKey: cfg.auth.tokenSigningKey ? '[set]' : undefined },
         database: { ...cfg.database, url: hideUrl(cfg.database.url) },
-        mqtt: { ...cfg.mqtt, url: hideUrl(cfg.mqtt.url), password: cfg.mqtt.password ? '[set]' : undefined },
+        mqtt: { ...cfg.mqtt, url: hideUrl(cfg.mqtt.url), password: cfg.mqtt.password ? '[set]' : undefined, terminalSecretPepper: cfg.mqtt.terminalSecretPepper ? '[set]' : undefined },
       };
       console.log(JSON.stringify(shown, null, 2));
       return;

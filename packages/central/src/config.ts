@@ -207,6 +207,11 @@ export const ConfigSchema = z
         // embedded broker: a verified terminal login is remembered this long (no scrypt on a
         // reconnect with the same secret while the stored hash is unchanged); 0: never
         loginCacheSeconds: z.coerce.number().int().min(0).default(43_200),
+        // embedded broker and provisioning: the key of the fast digests of high-entropy terminal
+        // secrets (HMAC-SHA256 next to the scrypt hash; docs/edge-protocol.md "Connection"). Kept
+        // out of the database. Absent: derived from auth.tokenSigningKey when that is configured,
+        // else none (every terminal login uses scrypt)
+        terminalSecretPepper: z.string().min(32).optional(),
       })
       .strict()
       .prefault({}),
@@ -306,6 +311,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_MQTT_SHARED_GROUP: ['mqtt', 'sharedGroup'],
   LOCKER_MQTT_MAX_PENDING_LOGINS: ['mqtt', 'maxPendingLogins'],
   LOCKER_MQTT_LOGIN_CACHE_SECONDS: ['mqtt', 'loginCacheSeconds'],
+  LOCKER_MQTT_TERMINAL_SECRET_PEPPER: ['mqtt', 'terminalSecretPepper'],
   LOCKER_MQTT_PASSWORD: ['mqtt', 'password'],
   LOCKER_MQTT_MAX_MESSAGE_BYTES: ['mqtt', 'maxMessageBytes'],
   LOCKER_MQTT_MAX_SUBSCRIPTIONS: ['mqtt', 'maxSubscriptions'],

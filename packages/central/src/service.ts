@@ -8,6 +8,7 @@ import { openDatabase, type Db } from './db/database';
 import { createLogger, type Logger } from './logger';
 import { systemClock, type Clock } from './clock';
 import { TokenService } from './auth/tokens';
+import { terminalDigestKey } from './auth/terminal-secret-digest';
 import { DisconnectedTerminalGateway, type TerminalGateway } from './terminals/gateway';
 import type { AppContext } from './context';
 import { workerFactoryList } from './workers';
@@ -59,7 +60,7 @@ export class CentralService {
     if (applied.length) log.info({ ns: 'central.db', applied }, 'migrations applied');
     const tokens = new TokenService(await signingKey(db, config.auth.tokenSigningKey), config.auth.tokenLifetimeSeconds, clock);
     let bus: MessageBus | null = null;
-    if (config.mqtt.mode === 'embedded') bus = new EmbeddedBroker({ host: config.mqtt.host, port: config.mqtt.port, db: db.kysely, log, fallbackToFreePort: this.opts.mqttPortFallback, maxMessageBytes: config.mqtt.maxMessageBytes, maxSubscriptions: config.mqtt.maxSubscriptions, maxPendingLogins: config.mqtt.maxPendingLogins, loginCacheMs: config.mqtt.loginCacheSeconds * 1000 });
+    if (config.mqtt.mode === 'embedded') bus = new EmbeddedBroker({ host: config.mqtt.host, port: config.mqtt.port, db: db.kysely, log, fallbackToFreePort: this.opts.mqttPortFallback, maxMessageBytes: config.mqtt.maxMessageBytes, maxSubscriptions: config.mqtt.maxSubscriptions, maxPendingLogins: config.mqtt.maxPendingLogins, loginCacheMs: config.mqtt.loginCacheSeconds * 1000, terminalDigestKey: terminalDigestKey({ pepper: config.mqtt.terminalSecretPepper, tokenSigningKey: config.auth.tokenSigningKey }) });
     else if (config.mqtt.mode === 'external') bus = new ExternalBroker({ url: config.mqtt.url, username: config.mqtt.username, password: config.mqtt.password, clientId: config.mqtt.clientId, sharedGroup: config.mqtt.sharedGroup, log });
     this.ctx = { config, db, log, clock, tokens, terminals: this.opts.terminals ?? (bus ? new MqttTerminalGateway({ bus, db: db.kysely, log, timeoutMs: config.edge.commandTimeoutMs }) : new DisconnectedTerminalGateway()), bus, workers: [] };
     // The bus starts first and stops last: workers (edge sync) publish through it.

@@ -74,6 +74,8 @@ export interface TerminalsTable {
   id: string;
   pup_uid: string;
   secret_hash: string;
+  /** keyed fast digest of a high-entropy secret (auth/terminal-secret-digest.ts); null: scrypt only */
+  secret_fast: Generated<string | null>;
   name: string | null;
   created_at: string;
   updated_at: string;

@@ -6,6 +6,7 @@ import { Aedes, type AedesPublishPacket, type Client } from 'aedes';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
+import type { DigestKey } from '../auth/terminal-secret-digest';
 import { TerminalLogins, AUTH_THROTTLE, MAX_PENDING_CHECKS, type AuthThrottle } from './terminal-auth';
 import { TOPIC_ROOT, mayPublish, maySubscribe, parseTopic } from './topics';
 import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
@@ -32,6 +33,11 @@ export interface EmbeddedBrokerOptions {
   maxPendingLogins?: number;
   /** how long a verified terminal login is remembered (default 12 h; 0: not at all) */
   loginCacheMs?: number;
+  /**
+   * the key of the fast digests of high-entropy terminal secrets (terminalDigestKey of
+   * mqtt.terminalSecretPepper); null or absent: every terminal login uses scrypt
+   */
+  terminalDigestKey?: DigestKey | null;
   /**
    * Largest MQTT packet a terminal may send (the packet's remaining length: topic and payload of a
    * PUBLISH), default MAX_TERMINAL_MESSAGE_BYTES. A larger one drops the connection as soon as its
@@ -86,7 +92,15 @@ export class EmbeddedBroker implements MessageBus {
   constructor(private readonly opts: EmbeddedBrokerOptions) {
     this.log = opts.log.child({ ns: 'central.mqtt.broker' });
     this.logins = new TerminalLogins({
-      lookup: async (id) => (await opts.db.selectFrom('terminals').select('secret_hash').where('id', '=', id).executeTakeFirst())?.secret_hash ?? null,
+      lookup: async (id) => {
+        const row = await opts.db.selectFrom('terminals').select(['secret_hash', 'secret_fast']).where('id', '=', id).executeTakeFirst();
+        return row ? { hash: row.secret_hash, fast: row.secret_fast } : null;
+      },
+      digestKey: opts.terminalDigestKey,
+      // only while the row still has the hash that verified (a re-provisioned secret wins)
+      backfill: async (id, hash, digest) => {
+        await opts.db.updateTable('terminals').set({ secret_fast: digest }).where('id', '=', id).where('secret_hash', '=', hash).execute();
+      },
       throttle: opts.authThrottle,
       maxPendingChecks: opts.maxPendingLogins,
       cacheTtlMs: opts.loginCacheMs,

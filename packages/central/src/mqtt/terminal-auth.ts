@@ -19,9 +19,15 @@
 //   attempt is refused as throttled and counts as a failure.
 // - The failure map expires on a timer and is capped (oldest entry evicted), never swept whole
 //   on a login.
+// - A high-entropy secret (auth/terminal-secret-digest.ts) whose row holds a usable fast digest
+//   (HMAC-SHA256 under the configured pepper) is checked by that digest alone: no scrypt, no
+//   admission slot, right after a restart too. A row without one (or with one made under another
+//   pepper or for another hash) is checked by scrypt, and the digest is stored after a successful
+//   check (backfill), so the next login is fast.
 import crypto from 'node:crypto';
 import type { Logger } from '../logger';
 import { verifySecretAsync } from '../auth/secrets';
+import { terminalSecretDigest, verifyTerminalSecretDigest, type DigestKey } from '../auth/terminal-secret-digest';
 
 export interface AuthThrottle {
   /** failed logins of one terminal id from one address within windowMs before it is blocked */
@@ -65,9 +71,22 @@ export interface LoginAttempt {
   isClosed: () => boolean;
 }
 
+/** What is stored of a terminal's secret: the scrypt hash and the fast digest (null: none). */
+export interface StoredTerminalSecret {
+  hash: string;
+  fast?: string | null;
+}
+
 export interface TerminalLoginOptions {
-  /** the stored secret hash of a provisioned terminal, null when there is no such terminal */
-  lookup: (terminalId: string) => Promise<string | null>;
+  /** the stored secret of a provisioned terminal (its scrypt hash alone, or with the fast digest), null when there is no such terminal */
+  lookup: (terminalId: string) => Promise<string | StoredTerminalSecret | null>;
+  /**
+   * the key of the fast digests (auth/terminal-secret-digest.ts, from mqtt.terminalSecretPepper);
+   * null or absent: no fast check, every login uses scrypt
+   */
+  digestKey?: DigestKey | null;
+  /** stores a fast digest after a successful scrypt check of a row that has none usable (only while the row still has that hash) */
+  backfill?: (terminalId: string, secretHash: string, digest: string) => Promise<void>;
   /** the slow check (default: scrypt on the thread pool) */
   verify?: (secret: string, storedHash: string) => Promise<boolean>;
   throttle?: Partial<AuthThrottle>;
@@ -100,6 +119,10 @@ export class TerminalLogins {
   private busyLoggedAt = 0;
   /** scrypt checks started (for tests and benchmarks) */
   verifierCalls = 0;
+  /** logins decided by the fast digest alone, right or wrong (for tests and benchmarks) */
+  fastChecks = 0;
+  /** fast digests stored after a scrypt check (for tests and benchmarks) */
+  backfills = 0;
 
   constructor(private readonly opts: TerminalLoginOptions) {
     this.throttle = { ...AUTH_THROTTLE, ...opts.throttle };
@@ -111,8 +134,8 @@ export class TerminalLogins {
     this.sweeper.unref();
   }
 
-  stats(): { pendingChecks: number; cached: number; failures: number; verifierCalls: number } {
-    return { pendingChecks: this.pending, cached: this.cache.size, failures: this.failures.size, verifierCalls: this.verifierCalls };
+  stats(): { pendingChecks: number; cached: number; failures: number; verifierCalls: number; fastChecks: number; backfills: number } {
+    return { pendingChecks: this.pending, cached: this.cache.size, failures: this.failures.size, verifierCalls: this.verifierCalls, fastChecks: this.fastChecks, backfills: this.backfills };
   }
 
   close(): void {
@@ -151,12 +174,27 @@ export class TerminalLogins {
   }
 
   private async check(a: LoginAttempt, id: string, clientKey: string, addressKey: string): Promise<LoginResult> {
-    const stored = await this.opts.lookup(id);
-    if (!stored) {
+    const row = await this.opts.lookup(id);
+    if (!row) {
       this.failed(clientKey, addressKey, id, a.address);
       return 'bad';
     }
+    const stored = typeof row === 'string' ? row : row.hash;
     const secret = a.password!.toString('utf8');
+    const digestKey = this.opts.digestKey;
+    if (digestKey) {
+      const fast = verifyTerminalSecretDigest(digestKey, id, stored, secret, typeof row === 'string' ? null : row.fast);
+      if (fast !== 'unusable') {
+        // one HMAC decided it: no scrypt, no admission slot
+        this.fastChecks++;
+        if (fast === 'ok') {
+          this.succeeded(clientKey, addressKey);
+          return 'ok';
+        }
+        this.failed(clientKey, addressKey, id, a.address);
+        return 'bad';
+      }
+    }
     const key = crypto.createHmac('sha256', this.key).update(id).update('\u0000').update(secret).digest('base64');
     const hit = this.cache.get(key);
     if (hit && hit.hash === stored && hit.until > Date.now()) {
@@ -178,7 +216,7 @@ export class TerminalLogins {
         this.busy();
         return 'busy';
       }
-      check = this.startCheck(key, secret, stored);
+      check = this.startCheck(key, secret, stored, id);
     }
     const ok = await check.result;
     if (ok) {
@@ -189,12 +227,13 @@ export class TerminalLogins {
     return 'bad';
   }
 
-  private startCheck(key: string, secret: string, stored: string): Check {
+  private startCheck(key: string, secret: string, stored: string, id: string): Check {
     this.pending++;
     this.verifierCalls++;
     const result = Promise.resolve()
       .then(() => this.verify(secret, stored))
-      .then((ok) => {
+      .then(async (ok) => {
+        if (ok) await this.backfill(id, stored, secret);
         if (ok && this.cacheMax > 0) {
           this.cache.delete(key);
           this.cache.set(key, { hash: stored, until: Date.now() + this.ttlMs });
@@ -209,6 +248,20 @@ export class TerminalLogins {
     const check: Check = { hash: stored, result };
     this.checks.set(key, check);
     return check;
+  }
+
+  /** After a successful scrypt check: stores the fast digest of a high-entropy secret whose row has none usable. */
+  private async backfill(id: string, stored: string, secret: string): Promise<void> {
+    const digestKey = this.opts.digestKey;
+    if (!digestKey || !this.opts.backfill) return;
+    const digest = terminalSecretDigest(digestKey, id, stored, secret);
+    if (!digest) return;
+    try {
+      await this.opts.backfill(id, stored, digest);
+      this.backfills++;
+    } catch (e) {
+      this.opts.log.warn({ terminal: id, err: e }, 'could not store the fast digest of a terminal secret; its next login uses scrypt again');
+    }
   }
 
   private busy(): void {

@@ -8,6 +8,7 @@ import type { Database } from '../db/schema';
 import type { Clock } from '../clock';
 import { newUid, toDbTime } from '../ids';
 import { hashSecret, isHash, verifySecret } from '../auth/secrets';
+import { terminalSecretDigest, type DigestKey } from '../auth/terminal-secret-digest';
 import { ProvisioningFile, type ProvisioningInput } from './schema';
 import { findNul } from '../nul';
 import { freeMailCode } from '../accounts/mail-code';
@@ -74,7 +75,16 @@ export function registerTenantProvisioningHook(h: TenantHook): void {
   if (!tenantHooks.includes(h)) tenantHooks.push(h);
 }
 
-export async function applyProvisioning(db: Kysely<Database>, input: ProvisioningInput | ProvisioningFile, clock: Clock): Promise<ProvisioningReport> {
+export interface ProvisioningOptions {
+  /**
+   * the key of the fast digests of high-entropy terminal secrets (terminalDigestKey of
+   * mqtt.terminalSecretPepper): a terminal whose plain secret is high-entropy gets its digest next
+   * to the scrypt hash. Absent: none is written (its logins use scrypt and store one later).
+   */
+  terminalDigestKey?: DigestKey | null;
+}
+
+export async function applyProvisioning(db: Kysely<Database>, input: ProvisioningInput | ProvisioningFile, clock: Clock, opts: ProvisioningOptions = {}): Promise<ProvisioningReport> {
   const file = parseProvisioning(input);
   const now = toDbTime(clock.now());
   const report: ProvisioningReport = { created: 0, updated: 0, unchanged: 0, changes: [] };
@@ -224,7 +234,12 @@ export async function applyProvisioning(db: Kysely<Database>, input: Provisionin
         : existing && verifySecret(term.secret, existing.secret_hash)
           ? existing.secret_hash
           : hashSecret(term.secret);
-      const w = { pup_uid: term.pupUid, secret_hash: secretHash, name: term.name ?? null };
+      // the fast digest (auth/terminal-secret-digest.ts) is bound to the scrypt hash: made from the
+      // plain secret with the configured key; kept when the hash stays and there is nothing to make
+      // it from (a hashed secret in the file, no key configured); dropped when the hash changes
+      const made = !isHash(term.secret) && opts.terminalDigestKey ? terminalSecretDigest(opts.terminalDigestKey, term.id, secretHash, term.secret) : null;
+      const keep = existing && existing.secret_hash === secretHash && (isHash(term.secret) || !opts.terminalDigestKey) ? existing.secret_fast : null;
+      const w = { pup_uid: term.pupUid, secret_hash: secretHash, secret_fast: made ?? keep ?? null, name: term.name ?? null };
       if (!existing) {
         await trx.insertInto('terminals').values({ id: term.id, ...w, created_at: now, updated_at: now }).execute();
         note('created', `terminal ${term.id}`);

@@ -21,6 +21,7 @@ import * as m405 from './405_edge_ordering';
 import * as m406 from './406_pin_throttle';
 import * as m407 from './407_account_search';
 import * as m408 from './408_edge_lockers';
+import * as m409 from './409_terminal_secret_fast';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -43,4 +44,5 @@ export const migrations: Record<string, Migration> = {
   '406_pin_throttle': m406,
   '407_account_search': m407,
   '408_edge_lockers': m408,
+  '409_terminal_secret_fast': m409,
 };
