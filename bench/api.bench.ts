@@ -17,10 +17,7 @@ import pg from 'pg';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
-import { applyProvisioning, parseProvisioning, readProvisioningFile } from '../packages/central/src/provisioning/apply';
-import { systemClock } from '../packages/central/src/clock';
-import { DEMO_SITE } from '../packages/central/src/cli';
-import { bareBaseline, load as loadRun, reachable, type Load } from './support';
+import { demoTenant, bareBaseline, load as loadRun, reachable, type Load } from './support';
 
 const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DURATION_S = Number(process.env.BENCH_API_SECONDS ?? 5);
@@ -63,18 +60,8 @@ async function measureEngine(engine: 'sqlite' | 'postgres'): Promise<Row[]> {
   const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
   const ctx = await svc.start();
   try {
-    const site = parseProvisioning(readProvisioningFile(DEMO_SITE));
-    await applyProvisioning(ctx.db.kysely, site, systemClock);
-    const base = await svc.listen();
-    const tenant = site.tenants[0]!;
-    const tokRes = await fetch(`${base}/connect/token`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: tenant.clientId, client_secret: tenant.clientSecret, scope: 'integration_api' }),
-    });
-    const token = ((await tokRes.json()) as { access_token: string }).access_token;
-    const row = await ctx.db.kysely.selectFrom('tenants').select('main_account_uid').where('client_id', '=', tenant.clientId).executeTakeFirstOrThrow();
-    const fixture: Fixture = { pupUid: tenant.pickupPoints[0]!, mainAccountUid: row.main_account_uid };
+    const { base, token, pupUid, mainAccountUid } = await demoTenant(svc, ctx);
+    const fixture: Fixture = { pupUid, mainAccountUid };
     const auth = { authorization: `Bearer ${token}` };
     const rows: Row[] = [];
     for (const ep of ENDPOINTS) {

@@ -11,11 +11,8 @@ import path from 'node:path';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
-import { applyProvisioning, parseProvisioning, readProvisioningFile } from '../packages/central/src/provisioning/apply';
-import { systemClock } from '../packages/central/src/clock';
-import { DEMO_SITE } from '../packages/central/src/cli';
 import { centralMetrics, requestOutcome, type MetricsServer } from '../packages/central/src/ops/metrics';
-import { load as loadRun, type Load } from './support';
+import { demoTenant, load as loadRun, type Load } from './support';
 
 const DURATION_S = Number(process.env.BENCH_METRICS_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_METRICS_ROUNDS ?? 3);
@@ -46,22 +43,12 @@ async function start(metrics: boolean): Promise<Running> {
   const ctx = await svc.start();
   const server = (ctx.workers.find((w) => w.name === 'metrics') as MetricsServer | undefined) ?? null;
   await server?.start();
-  const site = parseProvisioning(readProvisioningFile(DEMO_SITE));
-  await applyProvisioning(ctx.db.kysely, site, systemClock);
-  const base = await svc.listen();
-  const tenant = site.tenants[0]!;
-  const tokRes = await fetch(`${base}/connect/token`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ grant_type: 'client_credentials', client_id: tenant.clientId, client_secret: tenant.clientSecret, scope: 'integration_api' }),
-  });
-  const token = ((await tokRes.json()) as { access_token: string }).access_token;
-  const row = await ctx.db.kysely.selectFrom('tenants').select('main_account_uid').where('client_id', '=', tenant.clientId).executeTakeFirstOrThrow();
+  const { base, token, mainAccountUid } = await demoTenant(svc, ctx);
   return {
     base,
     auth: { authorization: `Bearer ${token}` },
     bodies: [
-      { name: 'GetAccount', path: '/v1/Account/GetAccount', body: JSON.stringify({ userUid: row.main_account_uid }) },
+      { name: 'GetAccount', path: '/v1/Account/GetAccount', body: JSON.stringify({ userUid: mainAccountUid }) },
       { name: 'GetPickUpPoints', path: '/v1/PickupPoints/GetPickUpPoints', body: JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }) },
     ],
     metrics: server,

@@ -7,11 +7,17 @@
 // - bareBaseline(): the bare fastify route every ratio is taken against, measured by the very same
 //   load() (same connections, duration, body size, separate process).
 // - reachable(): is a TCP endpoint (PostgreSQL) up.
+// - demoTenant(): the demo site provisioned into a started service, listening, with a tenant token.
 import { execFile } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Fastify from 'fastify';
+import type { AppContext } from '../packages/central/src/context';
+import type { CentralService } from '../packages/central/src/service';
+import { applyProvisioning, parseProvisioning, readProvisioningFile } from '../packages/central/src/provisioning/apply';
+import { systemClock } from '../packages/central/src/clock';
+import { DEMO_SITE } from '../packages/central/src/cli';
 
 const CHILD = path.join(path.dirname(fileURLToPath(import.meta.url)), 'load-child.mjs');
 
@@ -80,4 +86,23 @@ export function reachable(host: string, port: number): Promise<boolean> {
     s.once('connect', () => done(true));
     s.once('error', () => done(false));
   });
+}
+
+/**
+ * Provisions the demo site into a started service, starts its HTTP listener and gets a token of
+ * the site's first tenant: what every API bench needs before it loads an endpoint.
+ */
+export async function demoTenant(svc: CentralService, ctx: AppContext): Promise<{ base: string; token: string; clientId: string; pupUid: string; mainAccountUid: string }> {
+  const site = parseProvisioning(readProvisioningFile(DEMO_SITE));
+  await applyProvisioning(ctx.db.kysely, site, systemClock);
+  const base = await svc.listen();
+  const tenant = site.tenants[0]!;
+  const tokRes = await fetch(`${base}/connect/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'client_credentials', client_id: tenant.clientId, client_secret: tenant.clientSecret, scope: 'integration_api' }),
+  });
+  const token = ((await tokRes.json()) as { access_token: string }).access_token;
+  const row = await ctx.db.kysely.selectFrom('tenants').select('main_account_uid').where('client_id', '=', tenant.clientId).executeTakeFirstOrThrow();
+  return { base, token, clientId: tenant.clientId, pupUid: tenant.pickupPoints[0]!, mainAccountUid: row.main_account_uid };
 }

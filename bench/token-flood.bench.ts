@@ -23,10 +23,7 @@ import path from 'node:path';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
-import { applyProvisioning, parseProvisioning, readProvisioningFile } from '../packages/central/src/provisioning/apply';
-import { systemClock } from '../packages/central/src/clock';
-import { DEMO_SITE } from '../packages/central/src/cli';
-import { load, type Load } from './support';
+import { demoTenant, load, type Load } from './support';
 
 const DURATION_S = Number(process.env.BENCH_TOKEN_FLOOD_SECONDS ?? 10);
 const FLOOD_CONNECTIONS = Number(process.env.BENCH_TOKEN_FLOOD_CONNECTIONS ?? 32);
@@ -59,16 +56,7 @@ async function measure(mode: Mode): Promise<Row> {
   const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), startWorkers: false });
   const ctx = await svc.start();
   try {
-    const site = parseProvisioning(readProvisioningFile(DEMO_SITE));
-    await applyProvisioning(ctx.db.kysely, site, systemClock);
-    const base = await svc.listen();
-    const tenant = site.tenants[0]!;
-    const tokRes = await fetch(`${base}/connect/token`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ grant_type: 'client_credentials', client_id: tenant.clientId, client_secret: tenant.clientSecret, scope: 'integration_api' }),
-    });
-    const token = ((await tokRes.json()) as { access_token: string }).access_token;
+    const { base, token, clientId } = await demoTenant(svc, ctx);
     const apiBody = JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true });
     const probe = await fetch(`${base}/v1/PickupPoints/GetPickUpPoints`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: apiBody });
     if (probe.status !== 200) throw new Error(`GetPickUpPoints answered ${probe.status}`);
@@ -81,7 +69,7 @@ async function measure(mode: Mode): Promise<Row> {
         requests: [{ method: 'POST', path: '/v1/PickupPoints/GetPickUpPoints', body: apiBody }],
       });
     if (mode === 'quiet') return { mode, api: await measured(), flood: null, stats: null };
-    const floodBody = new URLSearchParams({ grant_type: 'client_credentials', client_id: tenant.clientId, client_secret: 'wrong-secret-0123456789' }).toString();
+    const floodBody = new URLSearchParams({ grant_type: 'client_credentials', client_id: clientId, client_secret: 'wrong-secret-0123456789' }).toString();
     const flood = load({
       url: base,
       connections: FLOOD_CONNECTIONS,

@@ -3,10 +3,9 @@
 // are counted from the lock bus's events (transactions, door events, jams); gauges are read from
 // the agent's state on every scrape (journal backlog, broker link, code cache, boards, ports).
 // Labels are bus names, board addresses and event types: no codes, no shipment ids.
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { MetricsListener } from '@locker/common';
 import type { TransactionEvent } from '@locker/lockbus';
 
 /** What the scrape-time gauges read (the Agent implements it). */
@@ -134,61 +133,9 @@ export class AgentMetrics {
   }
 }
 
-/** GET /metrics on a listener of its own (metrics.host:metrics.port). */
-export class AgentMetricsServer {
-  private server: http.Server | null = null;
-
-  constructor(
-    private readonly metrics: AgentMetrics,
-    private readonly opts: { host: string; port: number; log: Logger },
-  ) {}
-
-  async start(): Promise<void> {
-    if (this.server) return;
-    const server = http.createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.opts.port, this.opts.host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    this.server = server;
-    this.opts.log.info({ listen: this.address() }, 'metrics endpoint listening');
-  }
-
-  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    if ((req.url ?? '/').split('?')[0] !== '/metrics') {
-      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found; the metrics are at /metrics\n');
-      return;
-    }
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' }).end('method not allowed\n');
-      return;
-    }
-    try {
-      const body = await this.metrics.registry.metrics();
-      res.writeHead(200, { 'content-type': this.metrics.registry.contentType }).end(req.method === 'HEAD' ? undefined : body);
-    } catch (err) {
-      this.opts.log.error({ err: (err as Error).message }, 'collecting metrics failed');
-      res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('collecting metrics failed\n');
-    }
-  }
-
-  /** http://host:port (the real port when metrics.port is 0), or null before start. */
-  address(): string | null {
-    const a = this.server?.address() as AddressInfo | null | undefined;
-    if (!a) return null;
-    return `http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`;
-  }
-
-  async stop(): Promise<void> {
-    const s = this.server;
-    if (!s) return;
-    this.server = null;
-    await new Promise<void>((resolve) => {
-      s.close(() => resolve());
-      s.closeAllConnections();
-    });
+/** GET /metrics on a listener of its own (metrics.host:metrics.port): @locker/common's MetricsListener. */
+export class AgentMetricsServer extends MetricsListener {
+  constructor(metrics: AgentMetrics, opts: { host: string; port: number; log: Logger }) {
+    super({ ...opts, collect: async () => ({ body: await metrics.registry.metrics(), contentType: metrics.registry.contentType }) });
   }
 }

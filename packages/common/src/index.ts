@@ -3,3 +3,4 @@ export { systemdNotifier, type Notifier } from './systemd';
 export * from './edge-protocol';
 export { createRedactor, pinoRedaction, redactUrl, isSensitiveSegment, SECRET_KEYS, PERSONAL_KEYS, TOP_LEVEL_ONLY_KEYS, CENSOR, type Redactor } from './redact';
 export * from './cli';
+export { MetricsListener, type MetricsListenerOptions } from './metrics-listener';

@@ -13,9 +13,8 @@
 //
 // No personal data in labels: routes are templates, never raw URLs; reasons are error codes; ids
 // are pick up point uids and terminal ids.
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { MetricsListener } from '@locker/common';
 import type { AppContext, Worker } from '../context';
 import type { Logger } from '../logger';
 import { registerWorkerFactory } from '../workers';
@@ -227,16 +226,16 @@ registerScrapeGauge({
 
 export class MetricsServer implements Worker {
   readonly name = 'metrics';
-  private server: http.Server | null = null;
   private readonly log: Logger;
   private registry: Registry | null = null;
+  private listener: MetricsListener | null = null;
 
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.metrics' });
   }
 
   async start(): Promise<void> {
-    if (this.server) return;
+    if (this.listener) return;
     const { host, port } = this.ctx.config.metrics;
     if (port !== 0 && port === this.ctx.config.http.port) throw new Error(`metrics.port ${port} is the tenant API's port (http.port): the metrics endpoint needs a listener of its own`);
     if (!defaultMetricsOn) {
@@ -244,16 +243,9 @@ export class MetricsServer implements Worker {
       collectDefaultMetrics({ register: metricsRegistry });
     }
     this.registry = serviceRegistry(this.ctx, this.log);
-    const server = http.createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    this.server = server;
-    this.log.info({ listen: this.address() }, 'metrics endpoint listening');
+    const listener = new MetricsListener({ host, port, log: this.log, collect: async () => ({ body: await this.metrics(), contentType: metricsRegistry.contentType }) });
+    await listener.start();
+    this.listener = listener;
   }
 
   /** The text a scrape gets. */
@@ -262,41 +254,15 @@ export class MetricsServer implements Worker {
     return this.registry.metrics();
   }
 
-  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const url = (req.url ?? '/').split('?')[0];
-    if (url !== '/metrics') {
-      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found; the metrics are at /metrics\n');
-      return;
-    }
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain; charset=utf-8' }).end('method not allowed\n');
-      return;
-    }
-    try {
-      const body = await this.metrics();
-      res.writeHead(200, { 'content-type': metricsRegistry.contentType }).end(req.method === 'HEAD' ? undefined : body);
-    } catch (err) {
-      this.log.error({ err: (err as Error).message }, 'collecting metrics failed');
-      res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('collecting metrics failed\n');
-    }
-  }
-
   /** http://host:port of the listener (the real port when metrics.port is 0), or null before start. */
   address(): string | null {
-    const a = this.server?.address() as AddressInfo | null | undefined;
-    if (!a) return null;
-    const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
-    return `http://${host}:${a.port}`;
+    return this.listener?.address() ?? null;
   }
 
   async stop(): Promise<void> {
-    const s = this.server;
-    if (!s) return;
-    this.server = null;
-    await new Promise<void>((resolve) => {
-      s.close(() => resolve());
-      s.closeAllConnections();
-    });
+    const l = this.listener;
+    this.listener = null;
+    await l?.stop();
   }
 }
 
