@@ -106,16 +106,22 @@ export class AgentStore {
     this.db = db;
     // names this journal: its seq counts from 1 in a new store (docs/edge-protocol.md)
     if (!this.getMeta('journal.id')) this.setMeta('journal.id', crypto.randomUUID());
+    this.journal = this.getMeta('journal.id')!;
   }
+
+  /** the journal's id, read once at open (it never changes while the store is open) */
+  private journal: string | null = null;
 
   /** The journal's id (made with the store; the central service orders events per journal). */
   journalId(): string {
-    return this.getMeta('journal.id')!;
+    if (!this.journal) throw new Error('agent store is not open');
+    return this.journal;
   }
 
   close(): void {
     this.db?.close();
     this.db = null;
+    this.journal = null;
   }
 
   private get d(): Database.Database {
