@@ -187,7 +187,7 @@ export class DiagnosticsServer {
         `diagnostics.host ${this.opts.host} is reachable from the network, but no diagnostics.technicianPassword is set: set one (LOCKER_AGENT_TECHNICIAN_PASSWORD) or listen on 127.0.0.1`,
       );
     }
-    const app = Fastify({ logger: false, bodyLimit: 16_384 });
+    const app = Fastify({ logger: false, bodyLimit: 16_384, forceCloseConnections: true });
     // Security headers on every answer (issue 12): see SECURITY_HEADERS above.
     app.addHook('onSend', async (_req, reply) => {
       reply.headers(SECURITY_HEADERS);

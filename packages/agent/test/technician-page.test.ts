@@ -97,7 +97,8 @@ d(`technician's page in headless Chromium at ${WIDTH} px${fs.existsSync(CHROMIUM
     });
   }, 60_000);
   afterAll(async () => {
-    await browser?.close();
+    // a browser that does not close within 10 s is left to the process exit: it must not hold the agent's stop
+    await Promise.race([browser?.close(), new Promise((r) => setTimeout(r, 10_000))]);
     await w?.close();
   });
 
