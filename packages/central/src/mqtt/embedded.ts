@@ -3,6 +3,7 @@
 // topics (topics.ts). The central service itself publishes and subscribes in-process.
 import net from 'node:net';
 import { Aedes, type AedesPublishPacket, type Client } from 'aedes';
+import { indexRetained, type RetainedIndex, type RetainedPersistence } from './retained-index';
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
@@ -79,6 +80,8 @@ export const STORED_BEFORE_ACK = [`${TOPIC_ROOT}/+/up/events`];
 export class EmbeddedBroker implements MessageBus {
   readonly kind = 'embedded' as const;
   private broker: Aedes | null = null;
+  /** the index over retained messages (mqtt/retained-index.ts); null until started */
+  retained: RetainedIndex | null = null;
   private server: net.Server | null = null;
   private addr: string | null = null;
   private readonly logins: TerminalLogins;
@@ -223,6 +226,8 @@ export class EmbeddedBroker implements MessageBus {
       const subs = client && this.subscriptions.get(client);
       if (subs) for (const f of filters) subs.filters.delete(f);
     });
+    // terminals' SUBSCRIBEs skip the scan of every retained status (mqtt/retained-index.ts)
+    this.retained = indexRetained(broker.persistence as unknown as RetainedPersistence);
     this.broker = broker;
     const server = net.createServer((socket) => {
       const client = broker.handle(socket as never) as Client;
