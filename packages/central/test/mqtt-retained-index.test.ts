@@ -21,7 +21,7 @@ async function topicsOf(stream: Readable): Promise<string[]> {
 
 async function freshPersistence(): Promise<RetainedPersistence> {
   const broker = await Aedes.createBroker();
-  const p = broker.persistence as unknown as RetainedPersistence;
+  const p = (broker as unknown as { persistence: RetainedPersistence }).persistence;
   await new Promise<void>((r) => broker.close(() => r()));
   return p;
 }

@@ -227,7 +227,7 @@ export class EmbeddedBroker implements MessageBus {
       if (subs) for (const f of filters) subs.filters.delete(f);
     });
     // terminals' SUBSCRIBEs skip the scan of every retained status (mqtt/retained-index.ts)
-    this.retained = indexRetained(broker.persistence as unknown as RetainedPersistence);
+    this.retained = indexRetained((broker as unknown as { persistence: RetainedPersistence }).persistence);
     this.broker = broker;
     const server = net.createServer((socket) => {
       const client = broker.handle(socket as never) as Client;
