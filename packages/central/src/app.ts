@@ -1,14 +1,15 @@
 // Builds the central HTTP service as a fastify plugin. Only server.ts / service.ts listen.
 import crypto from 'node:crypto';
 import http from 'node:http';
-import Fastify, { LogController, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyContextConfig, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import fp from 'fastify-plugin';
 import formbody from '@fastify/formbody';
-import helmet from '@fastify/helmet';
+import helmet, { type FastifyHelmetOptions } from '@fastify/helmet';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import rateLimit from '@fastify/rate-limit';
-import { jsonSchemaTransform, serializerCompiler, validatorCompiler, hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { jsonSchemaTransform, validatorCompiler, hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { serializerCompiler } from './http/serializer';
 import type { AppContext } from './context';
 import { ApiError } from './errors';
 import { PrincipalCache } from './auth/principal';
@@ -23,6 +24,36 @@ import { readyRoutes } from './http/ready';
 import { findNul } from './nul';
 import { redactUrl } from '@locker/common';
 import { centralMetrics, requestOutcome } from './ops/metrics';
+
+/**
+ * The headers helmet sets with these options, in its order and spelling: taken once from a
+ * throwaway fastify instance with @fastify/helmet (the same package and configuration as before),
+ * so every request only sets them instead of running helmet's middleware.
+ */
+async function securityHeaders(opts: FastifyHelmetOptions): Promise<[string, string | string[]][]> {
+  const probe = Fastify({ logger: false });
+  await probe.register(helmet, { global: true, ...opts });
+  probe.get('/', async (_req, reply) => (reply.raw as http.ServerResponse & { getRawHeaderNames(): string[] }).getRawHeaderNames().map((n) => [n, reply.raw.getHeader(n)]));
+  try {
+    const r = await probe.inject({ method: 'GET', url: '/' });
+    return (r.json() as [string, string | number | string[]][]).map(([n, v]) => [n, typeof v === 'number' ? String(v) : v]);
+  } finally {
+    await probe.close();
+  }
+}
+
+/**
+ * The route's config and URL pattern, read once per request: fastify's request.routeOptions
+ * builds a new object of 13 fields on every read, and the hooks read it several times.
+ */
+export function routeOf(req: FastifyRequest): { config: FastifyContextConfig | undefined; url: string | undefined } {
+  let r = req.lockerRoute;
+  if (!r) {
+    const o = req.routeOptions;
+    r = req.lockerRoute = { config: o.config, url: o.url };
+  }
+  return r;
+}
 
 /** the envelope error code of an answer (the metrics' outcome label; ops/metrics.ts) */
 const replyErrorCodes = new WeakMap<FastifyReply, string>();
@@ -40,7 +71,9 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
   const principals = new PrincipalCache(ctx.db.kysely);
   app.decorate('principals', principals);
   app.decorateRequest('tenant', null as never);
+  app.decorateRequest('lockerRoute', null as never);
   app.setValidatorCompiler(validatorCompiler);
+  // responses: compiled writers with the output of the zod parse + JSON.stringify (http/serializer.ts)
   app.setSerializerCompiler(serializerCompiler);
 
   await app.register(formbody);
@@ -49,8 +82,9 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
   // allows only the page's own scripts and styles (Swagger UI has no inline script), no framing,
   // no MIME sniffing, no referrer. No upgrade-insecure-requests: the service may be reached over
   // plain HTTP on a private network (TLS ends at the proxy), where upgrading would break the page.
-  await app.register(helmet, {
-    global: true,
+  // The headers are helmet's for this configuration, worked out once (securityHeaders below):
+  // @fastify/helmet builds a new helmet middleware and parses the CSP again on every request.
+  const headers = await securityHeaders({
     contentSecurityPolicy: {
       useDefaults: false,
       directives: {
@@ -73,6 +107,12 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
     referrerPolicy: { policy: 'no-referrer' },
     // HSTS is the TLS-terminating proxy's to send; over plain HTTP browsers ignore it anyway
     strictTransportSecurity: false,
+  });
+  app.addHook('onRequest', (req, reply, done) => {
+    routeOf(req);
+    const res = reply.raw;
+    for (let i = 0; i < headers.length; i++) res.setHeader(headers[i]![0], headers[i]![1]);
+    done();
   });
 
   await app.register(swagger, {
@@ -120,42 +160,57 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
   // is the route's pattern, or for an unknown route the path as sent with e-mail-like and
   // code-like segments redacted (a mistyped URL may carry an address or a PIN); no query string.
   const metricsOn = ctx.config.metrics.enabled;
-  app.addHook('onResponse', async (req, reply) => {
+  // (The hooks on every request are callback-style, not async: no promise and microtask per hook.)
+  app.addHook('onResponse', (req, reply, done) => {
+    const url = routeOf(req).url;
     req.log.info(
-      { ns: 'central.http', method: req.method, path: req.routeOptions.url ?? redactUrl(req.url.split('?')[0]!), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, tenant: req.tenant?.clientId },
+      { ns: 'central.http', method: req.method, path: url ?? redactUrl(req.url.split('?')[0]!), status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10, tenant: req.tenant?.clientId },
       'request',
     );
     // request rate and latency per route template and outcome (never the raw URL): metrics.enabled only
-    if (metricsOn) centralMetrics.httpRequestDuration.observe({ method: req.method, route: req.routeOptions.url ?? 'unmatched', outcome: requestOutcome(reply.statusCode, replyErrorCodes.get(reply)) }, reply.elapsedTime / 1000);
+    if (metricsOn) centralMetrics.httpRequestDuration.observe({ method: req.method, route: url ?? 'unmatched', outcome: requestOutcome(reply.statusCode, replyErrorCodes.get(reply)) }, reply.elapsedTime / 1000);
+    done();
   });
-  app.addHook('onSend', async (req, reply) => {
+  app.addHook('onSend', (req, reply, payload, done) => {
     reply.header('x-request-id', req.id);
+    done(null, payload);
   });
 
-  // Authentication of /v1/ routes (route config auth: 'tenant').
-  app.addHook('onRequest', async (req) => {
-    if (req.routeOptions.config?.auth !== 'tenant') return;
+  // Authentication of /v1/ routes (route config auth: 'tenant'). A thrown error answers as an
+  // async hook's rejection did; the principal comes from its cache without a promise when fresh.
+  const unknownClient = () => new ApiError('Unauthorized', 'the token belongs to no known client', 401);
+  app.addHook('onRequest', (req, _reply, done) => {
+    if (routeOf(req).config?.auth !== 'tenant') return done();
     const h = req.headers.authorization;
     const m = h ? /^Bearer\s+(\S+)\s*$/i.exec(h) : null;
     if (!m) throw new ApiError('Unauthorized', 'missing bearer access token (Authorization: Bearer <token>)', 401);
     const claims = ctx.tokens.verify(m[1]!);
     if (!claims) throw new ApiError('Unauthorized', 'invalid or expired access token', 401);
-    const p = await principals.get(claims.sub);
-    if (!p) throw new ApiError('Unauthorized', 'the token belongs to no known client', 401);
-    req.tenant = p;
+    const cached = principals.peek(claims.sub);
+    if (cached === undefined) {
+      // not cached (or stale): fastify waits for the returned promise instead of done
+      return principals.get(claims.sub).then((p) => {
+        if (!p) throw unknownClient();
+        req.tenant = p;
+      });
+    }
+    if (!cached) throw unknownClient();
+    req.tenant = cached;
+    done();
   });
 
   // Strict content types: a call with a JSON body (route config bodyType 'json', http/route.ts and
   // accounts/route.ts) takes application/json only; a form-encoded or text body is refused before
   // it is parsed (only /connect/token takes forms, UploadAccountSuggestions multipart).
-  app.addHook('preParsing', async (req) => {
-    if (req.routeOptions.config?.bodyType !== 'json') return;
+  app.addHook('preParsing', (req, _reply, payload, done) => {
+    if (routeOf(req).config?.bodyType !== 'json') return done(null, payload);
     const ct = req.headers['content-type'];
-    if (ct === undefined) return; // no body: the body schema answers (request body: ...)
+    if (ct === undefined) return done(null, payload); // no body: the body schema answers (request body: ...)
     const type = ct.split(';')[0]!.trim().toLowerCase();
     if (type !== 'application/json') throw new ApiError('InvalidRequest', `unsupported Content-Type ${ct.slice(0, 100)}: this call takes a JSON body, send Content-Type: application/json`, 400);
     const enc = req.headers['content-encoding'];
     if (enc !== undefined && enc.trim().toLowerCase() !== 'identity') throw new ApiError('InvalidRequest', `unsupported Content-Encoding ${enc.slice(0, 100)}: send the JSON body uncompressed`, 400);
+    done(null, payload);
   });
 
   // While the service shuts down, requests still arriving on open connections are answered 503
@@ -164,19 +219,20 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
   app.addHook('preClose', async () => {
     closing = true;
   });
-  app.addHook('onRequest', async (_req, reply) => {
-    if (!closing) return;
+  app.addHook('onRequest', (_req, reply, done) => {
+    if (!closing) return done();
     reply.header('connection', 'close');
-    return envelopeError(reply, 503, 'InternalError', 'the service is shutting down; retry');
+    envelopeError(reply, 503, 'InternalError', 'the service is shutting down; retry'); // answered: no done()
   });
 
   // PostgreSQL text cannot hold U+0000 (the query fails with a 500), so a NUL anywhere in the
   // JSON body of a /v1/ call is refused up front as InvalidRequest naming the field, on both
   // engines alike. A global hook runs before every route's own preValidation.
-  app.addHook('preValidation', async (req) => {
-    if (req.routeOptions.config?.auth !== 'tenant' || req.body == null || typeof req.body !== 'object') return;
+  app.addHook('preValidation', (req, _reply, done) => {
+    if (routeOf(req).config?.auth !== 'tenant' || req.body == null || typeof req.body !== 'object') return done();
     const at = findNul(req.body);
     if (at) throw new ApiError('InvalidRequest', `${at}: must not contain the NUL character (U+0000)`, 400);
+    done();
   });
 
   app.setNotFoundHandler((req, reply) => envelopeError(reply, 404, 'NotFound', `no such endpoint: ${req.method} ${req.url.split('?')[0]}`));
@@ -227,6 +283,10 @@ export const centralPlugin = fp<{ ctx: AppContext }>(async (app, { ctx }) => {
 });
 
 declare module 'fastify' {
+  interface FastifyRequest {
+    /** routeOf(): the route's config and URL, read once per request */
+    lockerRoute: { config: FastifyContextConfig | undefined; url: string | undefined } | null;
+  }
   interface FastifyInstance {
     principals: PrincipalCache;
     /** /connect/token: failed-login throttling and the bounded secret verifier */

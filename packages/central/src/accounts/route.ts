@@ -53,9 +53,10 @@ export function accountPost<B extends z.ZodTypeAny, R extends z.ZodObject<any>>(
       response: { 200: def.response, 400: failed, 401: ErrorEnvelope, 413: ErrorEnvelope },
     },
     config: { auth: 'tenant', idempotent: def.idempotent ?? false, bodyType: def.jsonBody === false ? 'multipart' : 'json' },
-    preValidation: async (req) => {
+    preValidation: (req, _reply, done) => {
       // A multipart handler reads the parts itself; any other body is ignored here and refused there.
       (req as { body: unknown }).body = def.jsonBody === false ? null : normalizeKeys(def.body, req.body);
+      done();
     },
     handler: (async (req: FastifyRequest, reply: FastifyReply) => {
       try {

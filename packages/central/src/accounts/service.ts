@@ -2,7 +2,7 @@
 // person, e-mail globally unique via accounts.email_key); a tenant manages an account linked
 // (account_pups) to a pick up point it manages. One Kysely code path for SQLite and PostgreSQL.
 // Logs carry uids, tenant client ids and changed field NAMES only, never values.
-import { sql, type ExpressionBuilder, type Kysely, type Selectable, type Transaction } from 'kysely';
+import { type Kysely, type Selectable, type Transaction } from 'kysely';
 import type { AccountsTable, Database } from '../db/schema';
 import type { AppContext, TenantPrincipal } from '../context';
 import type { Logger } from '../logger';
@@ -10,26 +10,14 @@ import { ApiError, invalidRequest } from '../errors';
 import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
 import { canManageAccount } from './access';
+import { preparedReader, type ReadAll } from '../db/prepared-read';
 import { AccountFailure } from './route';
 import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
-import { contains, queryWords } from './search';
+import { queryWords } from './search';
 
 type Q = Kysely<Database> | Transaction<Database>;
 export type AccountRow = Selectable<AccountsTable>;
-
-/**
- * accounts/access.ts notOthersMainAccount in the form a search wants: not the main account of
- * another tenant, unless it is the caller's main account too. The two tenant lists are read once
- * per query (SQLite: a set and a bloom filter; PostgreSQL: hashed subplans), not once per row
- * (tenants has no index on main_account_uid). main_account_uid is NOT NULL, so NOT IN is exact.
- */
-function notOthersMainAccountSet(eb: ExpressionBuilder<Database & { a: Database['accounts'] }, 'a'>, tenant: TenantPrincipal) {
-  return eb.or([
-    eb('a.uid', 'not in', eb.selectFrom('tenants as mt').select('mt.main_account_uid').where('mt.uid', '<>', tenant.uid)),
-    eb('a.uid', 'in', eb.selectFrom('tenants as mt2').select('mt2.main_account_uid').where('mt2.uid', '=', tenant.uid)),
-  ]);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Field mapping
@@ -222,10 +210,48 @@ export interface CreateInput extends DetailsInput {
   mutationConfig?: MutationFlagsInput | null;
 }
 
+/** GetAccount's lookup texts (accountForRead), by engine and column: constants, prepared once */
+const ACCOUNT_FOR_READ = Object.fromEntries(
+  (['sqlite', 'postgres'] as const).map((engine) => {
+    const agg = engine === 'postgres' ? 'json_agg' : 'json_group_array';
+    const text = (column: string) =>
+      `select a.*, (select ${agg}(ap.pup_uid) from account_pups ap where ap.account_uid = a.uid) as links, ` +
+      `(select ${agg}(t.uid) from tenants t where t.main_account_uid = a.uid) as owners, ` +
+      `(select p.name from pups p where p.uid = a.main_pup_uid) as pup_name from accounts a where a.${column} = ?`;
+    return [engine, { uid: text('uid'), user_name_key: text('user_name_key'), email_key: text('email_key') }];
+  }),
+) as Record<'sqlite' | 'postgres', Record<'uid' | 'user_name_key' | 'email_key', string>>;
+
 export class AccountService {
   private readonly log: Logger;
+  /** fixed reads prepared once (db/prepared-read.ts): GetAccount's lookups */
+  private readonly read: ReadAll;
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.accounts' });
+    this.read = preparedReader(ctx.db);
+  }
+
+  /**
+   * GetAccount's lookup in one statement (one round trip on PostgreSQL): the account whose uid,
+   * user_name_key or email_key is the value, with what canManageAccount (accounts/access.ts) and
+   * the main PUP's name need: its linked PUPs and the tenants it is the main account of.
+   */
+  private async accountForRead(column: 'uid' | 'user_name_key' | 'email_key', value: string): Promise<(AccountRow & { links: string[]; owners: string[]; pup_name: string | null }) | undefined> {
+    const row = (await this.read<AccountRow & { links: string | string[] | null; owners: string | string[] | null; pup_name: string | null }>(ACCOUNT_FOR_READ[this.ctx.db.engine][column], [value]))[0];
+    if (!row) return undefined;
+    // SQLite answers JSON text ('[]' when none), PostgreSQL a parsed array (null when none)
+    const list = (v: string | string[] | null): string[] => (v == null ? [] : typeof v === 'string' ? (JSON.parse(v) as string[]) : v);
+    const r = row as AccountRow & { links: string[]; owners: string[]; pup_name: string | null };
+    r.links = list(row.links);
+    r.owners = list(row.owners);
+    return r;
+  }
+
+  /** canManageAccount (accounts/access.ts) on what accountForRead read */
+  private static canManageRead(tenant: TenantPrincipal, row: { uid: string; links: string[]; owners: string[] }): boolean {
+    if (tenant.pupUids.size === 0) return false;
+    if (!row.links.some((l) => tenant.pupUids.has(l))) return false;
+    return row.owners.length === 0 || row.owners.some((o) => o === tenant.uid);
   }
 
   private get db() {
@@ -304,24 +330,26 @@ export class AccountService {
   // --- GetAccount ---------------------------------------------------------------------------
 
   async getAccount(tenant: TenantPrincipal, b: { userUid?: string | null; userName?: string | null; emailAddress?: string | null }) {
-    const db = this.db;
     // Search order: userUid, userName, emailAddress; the first given criterion that finds an account
     // wins. For an account the caller cannot manage, only the e-mail address may reveal that it
     // exists (locker-api.md): found by userUid or userName it counts as not found, and the search
-    // goes on with the next criterion.
-    const full = async (row: AccountRow) => ({ isExisting: true, canManageUser: true, ...(await this.fields(db, row, tenant)) });
+    // goes on with the next criterion. Each lookup is one fixed prepared statement (accountForRead).
+    const full = (row: AccountRow & { pup_name: string | null }) => {
+      const visible = AccountService.seesPup(tenant, row.main_pup_uid);
+      return { isExisting: true, canManageUser: true, ...accountFields(row, visible ? row.pup_name : null, visible) };
+    };
     if (b.userUid && b.userUid.trim()) {
-      const row = await this.byUid(db, b.userUid.trim());
-      if (row && (await canManageAccount(db, tenant, row.uid))) return full(row);
+      const row = await this.accountForRead('uid', b.userUid.trim());
+      if (row && AccountService.canManageRead(tenant, row)) return full(row);
     }
     if (b.userName && b.userName.trim()) {
-      const row = await this.byUserName(db, b.userName);
-      if (row && (await canManageAccount(db, tenant, row.uid))) return full(row);
+      const row = await this.accountForRead('user_name_key', b.userName.trim().toLowerCase());
+      if (row && AccountService.canManageRead(tenant, row)) return full(row);
     }
     if (b.emailAddress && b.emailAddress.trim()) {
-      const row = await this.byEmail(db, b.emailAddress);
+      const row = await this.accountForRead('email_key', emailKey(b.emailAddress));
       if (row) {
-        if (await canManageAccount(db, tenant, row.uid)) return full(row);
+        if (AccountService.canManageRead(tenant, row)) return full(row);
         return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
       }
     }
@@ -357,37 +385,58 @@ export class AccountService {
     // per row with two index lookups, another tenant's main account with a set built once per query.
     const engine = this.ctx.db.engine;
 
-    // the filters first: SQLite tests the terms in this order, and the cheap ones rule out most rows
-    let base = this.db.selectFrom('accounts as a');
+    // The statement texts are fixed per shape of request (which filters are given, how many
+    // fullName words): built once and prepared (db/prepared-read.ts), not a query tree per call.
     const t = (v: string | null | undefined) => (v ?? '').trim();
-    if (t(b.userName)) base = base.where(contains(engine, sql.ref('a.user_name_key'), t(b.userName).toLowerCase(), true));
-    if (t(b.emailAddress)) base = base.where(contains(engine, sql.ref('a.email_key'), t(b.emailAddress).toLowerCase(), true));
+    const has = (c: string) => (engine === 'postgres' ? `strpos(${c}, ?) > 0` : `instr(${c}, ?) > 0`);
+    // the filters first: SQLite tests the terms in this order, and the cheap ones rule out most rows
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (t(b.userName)) {
+      where.push(has('a.user_name_key'));
+      params.push(t(b.userName).toLowerCase());
+    }
+    if (t(b.emailAddress)) {
+      where.push(has('a.email_key'));
+      params.push(t(b.emailAddress).toLowerCase());
+    }
     // full_name_key = lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), kept by the database
-    for (const word of queryWords(b.fullName)) base = base.where(contains(engine, sql.ref('a.full_name_key'), word, true));
+    for (const word of queryWords(b.fullName)) {
+      where.push(has('a.full_name_key'));
+      params.push(word);
+    }
     if (t(b.phoneNumber)) {
       let p = t(b.phoneNumber).replace(/[\s\-.()/]/g, '');
       if (p.startsWith('00')) p = '+' + p.slice(2);
       // phone numbers are stored normalized (+ and digits): no lower() needed
-      if (p) base = base.where(contains(engine, sql`coalesce(a.phone_number, '')`, p.toLowerCase(), true));
+      if (p) {
+        where.push(has("coalesce(a.phone_number, '')"));
+        params.push(p.toLowerCase());
+      }
     }
-    if (t(b.mailCode)) base = base.where('a.mail_code', '=', t(b.mailCode).toUpperCase());
+    if (t(b.mailCode)) {
+      where.push('a.mail_code = ?');
+      params.push(t(b.mailCode).toUpperCase());
+    }
     if (t(b.pupUid)) {
-      const pup = t(b.pupUid);
-      base = base.where((eb) => eb.exists(eb.selectFrom('account_pups as ap2').select('ap2.account_uid').whereRef('ap2.account_uid', '=', 'a.uid').where('ap2.pup_uid', '=', pup)));
+      where.push('exists (select ap2.account_uid from account_pups as ap2 where ap2.account_uid = a.uid and ap2.pup_uid = ?)');
+      params.push(t(b.pupUid));
     }
-    base = base
-      .where((eb) => notOthersMainAccountSet(eb, tenant))
-      // linked to any PUP of the tenant: a join with tenant_pups, not an IN list of all its PUPs
-      .where((eb) =>
-        eb.exists(
-          eb
-            .selectFrom('account_pups as ap')
-            .innerJoin('tenant_pups as tp', 'tp.pup_uid', 'ap.pup_uid')
-            .select('ap.account_uid')
-            .whereRef('ap.account_uid', '=', 'a.uid')
-            .where('tp.tenant_uid', '=', tenant.uid),
-        ),
-      );
+    // accounts/access.ts notOthersMainAccount in the form a search wants: not the main account of
+    // another tenant, unless it is the caller's main account too. The two tenant lists are read once
+    // per query (SQLite: a set and a bloom filter; PostgreSQL: hashed subplans), not once per row
+    // (tenants has no index on main_account_uid). main_account_uid is NOT NULL, so NOT IN is exact.
+    where.push('(a.uid not in (select mt.main_account_uid from tenants as mt where mt.uid <> ?) or a.uid in (select mt2.main_account_uid from tenants as mt2 where mt2.uid = ?))');
+    // linked to any PUP of the tenant: a join with tenant_pups, not an IN list of all its PUPs
+    where.push('exists (select ap.account_uid from account_pups as ap inner join tenant_pups as tp on tp.pup_uid = ap.pup_uid where ap.account_uid = a.uid and tp.tenant_uid = ?)');
+    const named = params.length === 0;
+    params.push(tenant.uid, tenant.uid, tenant.uid);
+    const from = `from accounts as a where ${where.join(' and ')}`;
+    // the plain listing (no filter: named above) is the common call: its texts are named prepared
+    // statements on PostgreSQL; a search's many combinations of filters are sent unnamed
+    // (db/prepared-read.ts)
+    const read = <R>(text: string, p: readonly unknown[]) => this.read<R>(text, p, named);
+    const count = async () => Number((await read<{ n: number | string }>(`select count(*) as n ${from}`, params))[0]!.n);
 
     const offset = (b.pageNo - 1) * b.pageSize;
     let total: number;
@@ -395,22 +444,22 @@ export class AccountService {
     if (engine === 'postgres') {
       // One statement: the matches are scanned once (hash semi-join with the tenant's links), the
       // total counted over all of them, and only the page's uids sorted out of them (top-N).
-      const page = await base
-        .select((eb) => ['a.uid', eb.fn.countAll<string>().over().as('total')])
-        .orderBy('a.user_name_key')
-        .orderBy('a.uid')
-        .limit(b.pageSize)
-        .offset(offset)
-        .execute();
+      const page = await read<{ uid: string; total: number | string }>(`select a.uid, count(*) over() as total ${from} order by a.user_name_key, a.uid limit ? offset ?`, [...params, b.pageSize, offset]);
       if (page.length > 0) {
         total = Number(page[0]!.total);
         uids = page.map((r) => r.uid);
       } else {
         // past the last page (or nothing found): the window gave no row to read the total from
-        const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
-        total = Number(n);
+        total = await count();
         uids = [];
       }
+    } else if (offset === 0) {
+      // SQLite, the first page: the page's uids first, walking the narrow covering index
+      // accounts_search in the answer's order; a page that is not full holds every match, so the
+      // count is needed only after a full one.
+      const page = await read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key asc, a.uid asc limit ? offset ?`, [...params, b.pageSize, 0]);
+      uids = page.map((r) => r.uid);
+      total = uids.length < b.pageSize ? uids.length : await count();
     } else {
       // SQLite: the count, then the page's uids, both walking the narrow covering index
       // accounts_search in the answer's order (no sort, no table row but the page's). A page in
@@ -418,28 +467,27 @@ export class AccountService {
       // it), so no page walks more than half the matches. One statement for both (a window, or
       // every match's uid) measured slower: the window buffers and sorts every match, and
       // returning every uid costs more than the second walk.
-      const { n } = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow();
-      total = Number(n);
+      total = await count();
       uids = [];
       if (offset < total) {
         const size = Math.min(b.pageSize, total - offset);
         const fromEnd = total - offset - size;
         const reverse = fromEnd < offset;
         const dir = reverse ? 'desc' : 'asc';
-        const page = await base
-          .select('a.uid')
-          .orderBy('a.user_name_key', dir)
-          .orderBy('a.uid', dir)
-          .limit(size)
-          .offset(reverse ? fromEnd : offset)
-          .execute();
+        const page = await read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} limit ? offset ?`, [...params, size, reverse ? fromEnd : offset]);
         uids = page.map((r) => r.uid);
         if (reverse) uids.reverse();
       }
     }
     const byUid = new Map<string, Selectable<AccountsTable> & { pup_name: string | null }>();
     if (uids.length > 0) {
-      const fetched = await this.db.selectFrom('accounts as a').leftJoin('pups as p', 'p.uid', 'a.main_pup_uid').selectAll('a').select('p.name as pup_name').where('a.uid', 'in', uids).execute();
+      // the page's rows by one statement whatever the page's length: the uids as one array parameter
+      const fetched = await this.read<Selectable<AccountsTable> & { pup_name: string | null }>(
+        engine === 'postgres'
+          ? 'select a.*, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid = any(?::text[])'
+          : 'select a.*, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid in (select value from json_each(?))',
+        [engine === 'postgres' ? uids : JSON.stringify(uids)],
+      );
       for (const r of fetched) byUid.set(r.uid, r);
     }
     // an account removed between the page query and this fetch is left out, as if removed before

@@ -58,7 +58,7 @@ const GetLockerKindsRequest = z.object({
 });
 
 export async function pickupPointRoutes(app: FastifyInstance, ctx: AppContext): Promise<void> {
-  const q = new PickupPointQueries(ctx.db.kysely);
+  const q = new PickupPointQueries(ctx.db);
   const env = { environment: ctx.config.environment };
 
   v1Post(

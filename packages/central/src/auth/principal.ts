@@ -10,6 +10,12 @@ export class PrincipalCache {
   private readonly cache = new Map<string, { at: number; p: TenantPrincipal | null }>();
   constructor(private readonly db: Kysely<Database>) {}
 
+  /** The cached principal while fresh (null: no such tenant), undefined when get() must look. */
+  peek(tenantUid: string): TenantPrincipal | null | undefined {
+    const hit = this.cache.get(tenantUid);
+    return hit && Date.now() - hit.at < TTL_MS ? hit.p : undefined;
+  }
+
   async get(tenantUid: string): Promise<TenantPrincipal | null> {
     const hit = this.cache.get(tenantUid);
     const now = Date.now();

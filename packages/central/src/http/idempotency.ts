@@ -133,10 +133,13 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
       .header(REPLAYED_HEADER, 'true')
       .send(row.response_body ?? '');
 
-  app.addHook('preHandler', async (req: FastifyRequest, reply: FastifyReply) => {
-    if (req.routeOptions.config?.idempotent !== true) return;
+  // Calls without an Idempotency-Key (or on a route that takes none) pass without a promise.
+  app.addHook('preHandler', (req: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void) => {
+    if (req.headers[IDEMPOTENCY_HEADER] === undefined || req.routeOptions.config?.idempotent !== true) return done();
+    return reserveKey(req, reply);
+  });
+  const reserveKey = async (req: FastifyRequest, reply: FastifyReply) => {
     const raw = req.headers[IDEMPOTENCY_HEADER];
-    if (raw === undefined) return;
     if (typeof raw !== 'string' || !KEY_RE.test(raw) || raw.trim() === '') {
       throw new ApiError('InvalidRequest', 'Idempotency-Key header: must be one value of 1 to 255 printable ASCII characters', 400);
     }
@@ -222,7 +225,7 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
       await sleep(WAIT_STEP_MS);
       void round;
     }
-  });
+  };
 
   /** this request's row: the key, still under the lock this request holds */
   const held = <Q extends { where: (...a: any[]) => Q }>(q: Q, r: Reservation): Q => q.where('tenant_uid', '=', r.tenantUid).where('idem_key', '=', r.key).where('locked_until', '=', r.lockedUntil);
@@ -297,9 +300,12 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
     again();
   };
 
-  app.addHook('onSend', async (req, reply, payload) => {
+  app.addHook('onSend', (req, reply, payload, done) => {
     const r = req.idempotency;
-    if (!r || r.settled) return payload;
+    if (!r || r.settled) return done(null, payload);
+    return settleAnswer(req, reply, payload, r);
+  });
+  const settleAnswer = async (req: FastifyRequest, reply: FastifyReply, payload: unknown, r: NonNullable<FastifyRequest['idempotency']>) => {
     const status = reply.statusCode;
     const body = typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : null;
     if (status >= 500 || body == null) {
@@ -319,12 +325,13 @@ export async function idempotencyPlugin(app: FastifyInstance, ctx: AppContext): 
       await outcomeUnknown(r, answer, requestHash(req.method, req.routeOptions.url ?? req.url, req.body));
     }
     return payload;
-  });
+  };
 
   // A request that ended without passing onSend (aborted) must not hold its key.
-  app.addHook('onResponse', async (req) => {
+  app.addHook('onResponse', (req, _reply, done) => {
     const r = req.idempotency;
-    if (r && !r.settled) await release(r).catch(() => undefined);
+    if (!r || r.settled) return done();
+    return release(r).catch(() => undefined);
   });
 }
 

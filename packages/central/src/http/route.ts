@@ -39,8 +39,9 @@ export function v1Post<B extends z.ZodTypeAny, R extends z.ZodTypeAny>(app: Fast
       response: { 200: def.response, 400: ErrorEnvelope, 401: ErrorEnvelope },
     },
     config: { auth: 'tenant', idempotent: def.idempotent ?? false, bodyType: def.jsonBody === false ? 'none' : 'json' },
-    preValidation: async (req) => {
+    preValidation: (req, _reply, done) => {
       if (def.jsonBody !== false) (req as { body: unknown }).body = normalizeKeys(def.body, req.body);
+      done();
     },
     handler: (async (req: FastifyRequest) => {
       // an Idempotency-Key reservation travels with the handler's work (its jobs mark it in their

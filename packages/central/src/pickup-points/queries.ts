@@ -1,8 +1,9 @@
 // Read model of pick up points and their lockers for the tenant API. Every query is scoped to the
 // calling tenant: a PUP the tenant does not manage is indistinguishable from an unknown one.
-// One Kysely code path for SQLite and PostgreSQL.
-import { sql, type Kysely } from 'kysely';
-import type { Database, LockersTable } from '../db/schema';
+// The same fixed SQL texts on SQLite and PostgreSQL, prepared once (db/prepared-read.ts).
+import type { LockersTable } from '../db/schema';
+import type { Db } from '../db/database';
+import { preparedReader, sqlitePage, type ReadAll } from '../db/prepared-read';
 import { ApiError } from '../errors';
 import { fromBool } from '../db/database';
 import { containsPattern } from '../db/like';
@@ -92,45 +93,96 @@ function addressFromJson(text: string | null): ApiAddress | null {
 }
 
 
-const SEARCH_COLUMNS = ['pups.name', 'pups.loc_street_name', 'pups.loc_mailbox', 'pups.loc_city', 'pups.loc_country_iso2'] as const;
+const SEARCH_COLUMNS = ['p.name', 'p.loc_street_name', 'p.loc_mailbox', 'p.loc_city', 'p.loc_country_iso2'] as const;
+
+const PUP_COLUMNS = 'p.uid, p.name, p.time_zone, p.loc_street_name, p.loc_mailbox, p.loc_city, p.loc_country_iso2, p.delivery_address, p.parking_address, p.external_reference';
+const LOCKER_COLUMNS = 'uid, pup_uid, name, width, height, length';
+/** the condition "the tenant manages this PUP" on a lockers row; parameters: tenant uid, PUP uid */
+const MANAGED = 'exists (select 1 from tenant_pups tp inner join pups p on p.uid = tp.pup_uid where tp.tenant_uid = ? and tp.pup_uid = ?)';
+const lockerTexts = (where: string) => ({
+  page: `select ${LOCKER_COLUMNS} from lockers where ${where} and ${MANAGED} order by name, uid limit ? offset ?`,
+  count: `select count(*) as n from lockers where ${where}`,
+});
+const LOCKER_TEXTS = { all: lockerTexts('pup_uid = ?'), free: lockerTexts('pup_uid = ? and booked_shipment_uid is null and active = 1') };
+const ACTIVE_LOCKERS = `select size_code, type_code, width, height, length, booked_shipment_uid, active from lockers where pup_uid = ? and ${MANAGED}`;
+
+interface PupRow {
+  uid: string;
+  name: string;
+  time_zone: string | null;
+  loc_street_name: string | null;
+  loc_mailbox: string | null;
+  loc_city: string | null;
+  loc_country_iso2: string | null;
+  delivery_address: string | null;
+  parking_address: string | null;
+  external_reference: string | null;
+}
+
+type LockerRow = Pick<LockersTable, 'uid' | 'pup_uid' | 'name' | 'width' | 'height' | 'length'>;
+
+/**
+ * The total of a paged listing without counting when the page tells it: a page that is not full
+ * (and not empty) is the last one, so the total is its offset plus its rows; on the first page
+ * that includes "no rows at all". Only a full page, or an empty page past the first, needs the
+ * COUNT (the rows beyond it, or where the end is).
+ */
+async function pageTotal(offset: number, pageSize: number, rows: number, count: () => Promise<number>): Promise<number> {
+  if (rows < pageSize && (rows > 0 || offset === 0)) return offset + rows;
+  return count();
+}
+
+/** The SQL of the PUP listing, one text per shape of request (pupUid given or not, number of search terms). */
+const pupTexts = new Map<string, { page: string; sorted: string; count: string }>();
+
+function pupListTexts(withPup: boolean, terms: number): { page: string; sorted: string; count: string } {
+  const key = `${withPup ? 1 : 0}/${terms}`;
+  let t = pupTexts.get(key);
+  if (!t) {
+    let where = 'tp.tenant_uid = ?';
+    if (withPup) where += ' and p.uid = ?';
+    // Every whitespace-separated term must occur (case-insensitively) in the name or the address.
+    const term = `(${SEARCH_COLUMNS.map((c) => `lower(coalesce(${c}, '')) like ? escape '\\'`).join(' or ')})`;
+    for (let i = 0; i < terms; i++) where += ` and ${term}`;
+    const from = `from pups p inner join tenant_pups tp on tp.pup_uid = p.uid where ${where}`;
+    const sorted = `select ${PUP_COLUMNS} ${from} order by p.name, p.uid`;
+    t = { page: `${sorted} limit ? offset ?`, sorted, count: `select count(*) as n ${from}` };
+    pupTexts.set(key, t);
+  }
+  return t;
+}
 
 export class PickupPointQueries {
-  constructor(private readonly db: Kysely<Database>) {}
+  private readonly read: ReadAll;
+
+  constructor(private readonly db: Db) {
+    this.read = preparedReader(db);
+  }
 
   /** Throws InvalidPupUid unless the tenant manages the PUP (unknown and foreign PUPs answer alike). */
   async assertManaged(tenantUid: string, pupUid: string): Promise<void> {
-    const row = await this.db
-      .selectFrom('tenant_pups')
-      .innerJoin('pups', 'pups.uid', 'tenant_pups.pup_uid')
-      .select('pups.uid')
-      .where('tenant_pups.tenant_uid', '=', tenantUid)
-      .where('tenant_pups.pup_uid', '=', pupUid)
-      .executeTakeFirst();
-    if (!row) throw invalidPupUid(pupUid);
+    const rows = await this.read('select p.uid from tenant_pups tp inner join pups p on p.uid = tp.pup_uid where tp.tenant_uid = ? and tp.pup_uid = ?', [tenantUid, pupUid]);
+    if (rows.length === 0) throw invalidPupUid(pupUid);
   }
 
   async listPickUpPoints(
     tenantUid: string,
     q: { pageNo: number; pageSize: number; pupUid?: string | null; includeDetails?: boolean | null; searchText?: string | null },
   ): Promise<Page<PickUpPointItem>> {
-    let base = this.db.selectFrom('pups').innerJoin('tenant_pups', 'tenant_pups.pup_uid', 'pups.uid').where('tenant_pups.tenant_uid', '=', tenantUid);
-    if (q.pupUid) base = base.where('pups.uid', '=', q.pupUid);
-    // Every whitespace-separated term must occur (case-insensitively) in the name or the address.
     const terms = (q.searchText ?? '').split(/\s+/).filter(Boolean).slice(0, 10);
+    const texts = pupListTexts(!!q.pupUid, terms.length);
+    const params: unknown[] = [tenantUid];
+    if (q.pupUid) params.push(q.pupUid);
     for (const term of terms) {
       const pattern = containsPattern(term);
-      base = base.where((eb) => eb.or(SEARCH_COLUMNS.map((c) => sql<boolean>`lower(coalesce(${sql.ref(c)}, '')) like ${pattern} escape '\\'`)));
+      for (let i = 0; i < SEARCH_COLUMNS.length; i++) params.push(pattern);
     }
-    // One query for the page and the total (a window count); a second only for a page past the end.
-    const rows = await base
-      .selectAll('pups')
-      .select(sql<number>`count(*) over ()`.as('total_count'))
-      .orderBy('pups.name')
-      .orderBy('pups.uid')
-      .limit(q.pageSize)
-      .offset((q.pageNo - 1) * q.pageSize)
-      .execute();
-    const n = rows.length ? rows[0]!.total_count : (await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n;
+    const offset = (q.pageNo - 1) * q.pageSize;
+    let rows: PupRow[];
+    let known: number | undefined;
+    if (this.db.engine === 'sqlite') ({ rows, total: known } = await sqlitePage<PupRow>(this.db, texts.sorted, params, offset, q.pageSize));
+    else rows = await this.read<PupRow>(texts.page, [...params, q.pageSize, offset]);
+    const total = known ?? (await pageTotal(offset, q.pageSize, rows.length, async () => Number((await this.read<{ n: number }>(texts.count, params))[0]!.n)));
     const items = rows.map((p): PickUpPointItem => {
       const item: PickUpPointItem = { pupUid: p.uid, name: p.name };
       if (p.time_zone) item.timeZone = p.time_zone;
@@ -148,42 +200,37 @@ export class PickupPointQueries {
       }
       return item;
     });
-    return { items, totalItems: Number(n) };
+    return { items, totalItems: total };
   }
 
-  private lockersOf(pupUid: string) {
-    return this.db.selectFrom('lockers').where('pup_uid', '=', pupUid);
-  }
-
-  private async pageOfLockers(pupUid: string, onlyFree: boolean, pageNo: number, pageSize: number): Promise<Page<LockerItem>> {
-    let base = this.lockersOf(pupUid);
-    if (onlyFree) base = base.where('booked_shipment_uid', 'is', null).where('active', '=', 1);
-    const rows = await base
-      .select(['uid', 'pup_uid', 'name', 'width', 'height', 'length'])
-      .select(sql<number>`count(*) over ()`.as('total_count'))
-      .orderBy('name')
-      .orderBy('uid')
-      .limit(pageSize)
-      .offset((pageNo - 1) * pageSize)
-      .execute();
-    const n = rows.length ? rows[0]!.total_count : (await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n;
-    return { items: rows.map((l) => ({ pupUid: l.pup_uid, lockerUid: l.uid, name: l.name, dimension: dimension(l) })), totalItems: Number(n) };
+  /**
+   * A page of the lockers of a PUP the tenant manages. The tenant's right is part of the page's
+   * statement (one round trip on PostgreSQL): lockers belong to an existing PUP, so rows found
+   * mean the PUP is managed; only an empty page asks assertManaged (InvalidPupUid, or truly none).
+   */
+  private async pageOfLockers(tenantUid: string, pupUid: string, onlyFree: boolean, pageNo: number, pageSize: number): Promise<Page<LockerItem>> {
+    const texts = onlyFree ? LOCKER_TEXTS.free : LOCKER_TEXTS.all;
+    const offset = (pageNo - 1) * pageSize;
+    const rows = await this.read<LockerRow>(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset]);
+    if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
+    const total = await pageTotal(offset, pageSize, rows.length, async () => Number((await this.read<{ n: number }>(texts.count, [pupUid]))[0]!.n));
+    return { items: rows.map((l) => ({ pupUid: l.pup_uid, lockerUid: l.uid, name: l.name, dimension: dimension(l) })), totalItems: total };
   }
 
   /** All lockers of a managed PUP (in and out of service), by name. */
   async listLockers(tenantUid: string, q: { pupUid: string; pageNo: number; pageSize: number }): Promise<Page<LockerItem>> {
-    await this.assertManaged(tenantUid, q.pupUid);
-    return this.pageOfLockers(q.pupUid, false, q.pageNo, q.pageSize);
+    return this.pageOfLockers(tenantUid, q.pupUid, false, q.pageNo, q.pageSize);
   }
 
   /** Lockers that can be booked now: in service and holding no shipment. */
   async listAvailableLockers(tenantUid: string, q: { pupUid: string; pageNo: number; pageSize: number }): Promise<Page<LockerItem>> {
-    await this.assertManaged(tenantUid, q.pupUid);
-    return this.pageOfLockers(q.pupUid, true, q.pageNo, q.pageSize);
+    return this.pageOfLockers(tenantUid, q.pupUid, true, q.pageNo, q.pageSize);
   }
 
-  private async activeLockers(pupUid: string): Promise<Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid'>[]> {
-    const rows = await this.lockersOf(pupUid).select(['size_code', 'type_code', 'width', 'height', 'length', 'booked_shipment_uid', 'active']).execute();
+  /** The lockers in service of a PUP the tenant manages (InvalidPupUid otherwise); as pageOfLockers, one statement when there are any. */
+  private async activeLockers(tenantUid: string, pupUid: string): Promise<Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid'>[]> {
+    const rows = await this.read<Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid' | 'active'>>(ACTIVE_LOCKERS, [pupUid, tenantUid, pupUid]);
+    if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
     return rows.filter((r) => fromBool(r.active)).map((r) => ({ ...r, width: Number(r.width), height: Number(r.height), length: Number(r.length) }));
   }
 
@@ -192,8 +239,7 @@ export class PickupPointQueries {
    * occupied = booked, total = free + occupied. Sizes are ordered by volume, then name.
    */
   async availability(tenantUid: string, pupUid: string): Promise<AvailabilityItem> {
-    await this.assertManaged(tenantUid, pupUid);
-    const lockers = await this.activeLockers(pupUid);
+    const lockers = await this.activeLockers(tenantUid, pupUid);
     const bySize = new Map<string, SizeAvailability & { volume: number }>();
     let free = 0;
     for (const l of lockers) {
@@ -213,8 +259,7 @@ export class PickupPointQueries {
 
   /** Distinct (sizeCode, typeCode, dimension) of the PUP's lockers in service, by volume. */
   async lockerKinds(tenantUid: string, pupUid: string): Promise<LockerKindItem[]> {
-    await this.assertManaged(tenantUid, pupUid);
-    const lockers = await this.activeLockers(pupUid);
+    const lockers = await this.activeLockers(tenantUid, pupUid);
     const kinds = new Map<string, LockerKindItem>();
     for (const l of lockers) {
       const k: LockerKindItem = { sizeCode: sizeName(l), typeCode: l.type_code, dimension: dimension(l) };

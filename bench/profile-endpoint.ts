@@ -1,0 +1,213 @@
+// A CPU profile of a real tenant API endpoint under load (autocannon in a separate process, the
+// server in this one), to see where a request's time goes. Not part of `npm run bench` (it
+// measures no ratio). Wrap it in `flock /tmp/bench.lock` on shared machines.
+//
+//   npx tsx --conditions=@locker/source bench/profile-endpoint.ts GetPickUpPoints       # a preset (list: --help)
+//   npx tsx --conditions=@locker/source bench/profile-endpoint.ts booking               # CreateLocalShipment, as bench/shipments.bench.ts loads it
+//   npx tsx --conditions=@locker/source bench/profile-endpoint.ts bare                  # the bare fastify route every ratio is taken against
+//   npx tsx --conditions=@locker/source bench/profile-endpoint.ts /v1/PickupPoints/GetLockers '{"pageNo":1,"pageSize":50,"pupUid":"{pupUid}"}'
+//   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_SECONDS=10 BENCH_PROFILE_OUT=/tmp/x.cpuprofile npx tsx ... GetAccount
+//
+// The read presets are bench/api.bench.ts's ENDPOINTS on the demo site (16 connections, as there);
+// a path with a body runs against the demo site too, `{pupUid}` and `{mainAccountUid}` in the body
+// are replaced by the demo tenant's. `booking` provisions the shipments bench's 500 PUPs x 80
+// lockers (SQLite synchronous=FULL, 64 connections, callbacks registered).
+//
+// It prints the self time by area (a library, or the central service's own folder) and the top
+// functions by self time. The .cpuprofile (BENCH_PROFILE_OUT) opens in Chrome DevTools
+// (Performance) or speedscope. `run` and `all` are better-sqlite3's native statement calls (a
+// COMMIT is a `run`); `(idle)` is the event loop waiting for the load generator; `(program)` and
+// `(garbage collector)` are V8's own.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import inspector from 'node:inspector/promises';
+import os from 'node:os';
+import path from 'node:path';
+import Fastify from 'fastify';
+import pg from 'pg';
+import { CentralService } from '../packages/central/src/service';
+import { loadConfig } from '../packages/central/src/config';
+import { createLogger } from '../packages/central/src/logger';
+import { applyProvisioning } from '../packages/central/src/provisioning/apply';
+import { toDbTime } from '../packages/central/src/ids';
+import type { AppContext } from '../packages/central/src/context';
+import { provision } from './shipments.bench';
+import { ENDPOINTS } from './api.bench';
+import { demoTenant, load, type LoadRequest } from './support';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string };
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+interface Target {
+  url: string;
+  connections: number;
+  headers: Record<string, string>;
+  requests: LoadRequest[];
+}
+
+const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const seconds = Number(process.env.BENCH_PROFILE_SECONDS ?? 5);
+const engine = (process.env.BENCH_PROFILE_ENGINE ?? 'sqlite') as 'sqlite' | 'postgres';
+const [what, bodyArg] = process.argv.slice(2);
+
+if (!what || what === '--help' || what === '-h') {
+  console.log(`usage: profile-endpoint.ts <preset | /v1/path [json body]>\npresets: bare, booking, ${ENDPOINTS.map((e) => e.name).join(', ')}`);
+  process.exit(what ? 0 : 1);
+}
+
+/** The shipments bench's booking: 500 PUPs x 80 lockers, callbacks registered, one body per PUP. */
+async function bookingTarget(svc: CentralService, ctx: AppContext): Promise<Target> {
+  const now = toDbTime(new Date());
+  const site = { pickupPoints: [], terminals: [], tenants: [{ clientId: 'bench', clientSecret: 'bench-secret-0123456789', name: 'Bench', mainAccount: { email: 'bench-dispatch@example.test', firstName: 'B', lastName: 'D' }, pickupPoints: [] }] };
+  await applyProvisioning(ctx.db.kysely, site, ctx.clock);
+  const tenant = await ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'bench').executeTakeFirstOrThrow();
+  const { pups, user } = await provision(ctx.db, now, tenant.uid);
+  // callbacks registered: every booking queues a pending outbox row, as in the shipments bench
+  await ctx.db.kysely.insertInto('callback_configs').values({ tenant_uid: tenant.uid, url: 'http://127.0.0.1:9/callbacks', auth_type: 'HMAC', auth_key: 'k'.repeat(64), created_at: now, updated_at: now }).execute();
+  const url = await svc.listen();
+  const body = (p: string) => JSON.stringify({ ToUserUid: user, PupUid: p, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' });
+  return {
+    url,
+    connections: 64,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${ctx.tokens.issue(tenant.uid).token}` },
+    requests: pups.map((p) => ({ method: 'POST' as const, path: '/v1/Logistics/CreateLocalShipment', body: body(p) })),
+  };
+}
+
+/** A read preset of bench/api.bench.ts, or any path with a body, on the demo site. */
+async function demoTarget(svc: CentralService, ctx: AppContext): Promise<Target> {
+  const { base, token, pupUid, mainAccountUid } = await demoTenant(svc, ctx);
+  const preset = ENDPOINTS.find((e) => e.name.toLowerCase() === what!.toLowerCase());
+  let reqPath: string;
+  let body: string;
+  if (preset) {
+    reqPath = preset.path;
+    body = JSON.stringify(preset.body({ pupUid, mainAccountUid }));
+  } else if (what!.startsWith('/')) {
+    reqPath = what!;
+    body = (bodyArg ?? '{}').replaceAll('{pupUid}', pupUid).replaceAll('{mainAccountUid}', mainAccountUid);
+  } else {
+    throw new Error(`unknown preset ${what}: booking, ${ENDPOINTS.map((e) => e.name).join(', ')} or a /v1/ path`);
+  }
+  return { url: base, connections: 16, headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, requests: [{ method: 'POST', path: reqPath, body }] };
+}
+
+/** The area of a profiled function: a library by its package name, else the central service's folder. */
+function area(url: string): string {
+  if (!url) return '(native / V8)';
+  const nm = url.lastIndexOf('node_modules/');
+  if (nm >= 0) {
+    const parts = url.slice(nm + 'node_modules/'.length).split('/');
+    return parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
+  }
+  const src = /packages\/([^/]+)\/src\/(?:([^/]+)\/)?/.exec(url);
+  if (src) return `${src[1]}/${src[2] && !src[2].includes('.') ? src[2] : url.split('/').pop()}`;
+  if (url.startsWith('node:')) return 'node';
+  return url.split('/').slice(-2).join('/');
+}
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-profile-'));
+const pgSchema = engine === 'postgres' ? `profile_${crypto.randomBytes(5).toString('hex')}` : undefined;
+const config = loadConfig({
+  env: {},
+  overrides: {
+    database: { url: engine === 'postgres' ? PG_URL : path.join(dir, 'central.db'), sqliteSynchronous: 'FULL' },
+    log: { level: 'silent' },
+    mqtt: { mode: 'off' },
+    environment: 'staging',
+    http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 },
+  },
+});
+/** the bare route of bench/support.ts (bareBaseline), profiled the same way: the floor every ratio is taken against */
+let bareApp: ReturnType<typeof Fastify> | undefined;
+async function bareTarget(): Promise<Target> {
+  const app = (bareApp = Fastify({ logger: false }));
+  app.post('/v1/Bare', async (req) => ({ success: true, error: null, message: null, echo: (req.body as { pageNo?: unknown })?.pageNo ?? null }));
+  const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  return { url, connections: 16, headers: { 'content-type': 'application/json' }, requests: [{ method: 'POST', path: '/v1/Bare', body: JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }) }] };
+}
+
+const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
+const ctx = await svc.start();
+try {
+  const target = what === 'booking' ? await bookingTarget(svc, ctx) : what === 'bare' ? await bareTarget() : await demoTarget(svc, ctx);
+  const url = target.url;
+  const probe = await fetch(`${url}${target.requests[0]!.path}`, { method: 'POST', headers: target.headers, body: target.requests[0]!.body });
+  console.log(`probe: ${probe.status} ${(await probe.text()).slice(0, 300)}`);
+
+  // BENCH_PROFILE_SQL=1 (SQLite): every statement run during the load, with its calls and time
+  const sqlTimes = new Map<string, { n: number; ms: number }>();
+  if (process.env.BENCH_PROFILE_SQL && ctx.db.sqlite) {
+    const proto = Object.getPrototypeOf(ctx.db.sqlite.prepare('select 1')) as Record<'all' | 'get' | 'run', (...a: unknown[]) => unknown> & { source: string };
+    for (const m of ['all', 'get', 'run'] as const) {
+      const orig = proto[m];
+      proto[m] = function (this: { source: string }, ...a: unknown[]) {
+        const t0 = performance.now();
+        try {
+          return orig.apply(this, a);
+        } finally {
+          const e = sqlTimes.get(this.source) ?? { n: 0, ms: 0 };
+          e.n++;
+          e.ms += performance.now() - t0;
+          sqlTimes.set(this.source, e);
+        }
+      };
+    }
+  }
+
+  const session = new inspector.Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.setSamplingInterval', { interval: 100 });
+  await session.post('Profiler.start');
+  const r = await load({ url, connections: target.connections, duration: seconds, headers: target.headers, requests: target.requests });
+  const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+  session.disconnect();
+  console.log(`${engine} ${what}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);
+  if (sqlTimes.size) {
+    const answered = r.ok + r.non2xx;
+    console.log('\nstatements per request, us per call   SQL');
+    for (const [text, e] of [...sqlTimes].sort((a, b) => b[1].ms - a[1].ms).slice(0, 15)) console.log(`${(e.n / answered).toFixed(2).padStart(6)} ${((e.ms * 1000) / e.n).toFixed(1).padStart(8)}   ${text.slice(0, 150)}`);
+  }
+  if (process.env.BENCH_PROFILE_OUT) fs.writeFileSync(process.env.BENCH_PROFILE_OUT, JSON.stringify(profile));
+
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const self = new Map<string, number>();
+  const byArea = new Map<string, number>();
+  let total = 0;
+  let idle = 0;
+  profile.samples.forEach((id, i) => {
+    const f = byId.get(id)!.callFrame;
+    const key = `${f.functionName || '(anonymous)'} ${f.url ? f.url.split('/').slice(-2).join('/') : ''}`.trim();
+    const dt = profile.timeDeltas[i] ?? 0;
+    self.set(key, (self.get(key) ?? 0) + dt);
+    const a = f.functionName === '(idle)' || f.functionName === '(program)' || f.functionName === '(garbage collector)' ? f.functionName : area(f.url);
+    byArea.set(a, (byArea.get(a) ?? 0) + dt);
+    if (f.functionName === '(idle)') idle += dt;
+    total += dt;
+  });
+  const busy = total - idle;
+  console.log(`\nbusy ${((busy / total) * 100).toFixed(1)} % of the ${(total / 1e6).toFixed(1)} s profiled; shares below are of the busy time`);
+  console.log('\nself time   area');
+  for (const [k, v] of [...byArea].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, 25)) console.log(`${((v / busy) * 100).toFixed(1).padStart(6)} %   ${k}`);
+  console.log('\nself time   function');
+  for (const [k, v] of [...self].filter(([k]) => !k.startsWith('(idle)')).sort((a, b) => b[1] - a[1]).slice(0, 30)) console.log(`${((v / busy) * 100).toFixed(1).padStart(6)} %   ${k}`);
+} finally {
+  await bareApp?.close();
+  await svc.stop();
+  fs.rmSync(dir, { recursive: true, force: true });
+  if (pgSchema) {
+    const c = new pg.Client({ connectionString: PG_URL });
+    await c.connect();
+    await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
+    await c.end();
+  }
+}
+process.exit(0);

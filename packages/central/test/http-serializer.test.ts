@@ -1,0 +1,85 @@
+// The compiled response writers (http/serializer.ts) write exactly what fastify-type-provider-zod's
+// serializer wrote (zod parse, then JSON.stringify): same keys, same order, unknown keys left out,
+// absent optional keys left out. Data the parse refuses goes the zod way and fails the same way.
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { serializerCompiler as zodSerializerCompiler } from 'fastify-type-provider-zod';
+import { compileResponseWriter, serializerCompiler } from '../src/http/serializer';
+import { ErrorEnvelope, envelope, paged } from '../src/http/envelope';
+import { PickUpPoint, Locker, PupAvailability } from '../src/api/pickup-points';
+
+const args = (schema: unknown) => ({ schema, method: 'POST', url: '/v1/X', httpStatus: '200' }) as never;
+const zodWay = (schema: z.ZodTypeAny, data: unknown) => zodSerializerCompiler(args(schema))(data);
+
+const Sample = envelope({
+  n: z.number().int(),
+  d: z.number().min(1),
+  s: z.string().nullable(),
+  o: z.string().optional().describe('optional'),
+  no: z.string().nullish(),
+  b: z.boolean(),
+  lit: z.literal('x'),
+  e: z.enum(['A', 'B']),
+  arr: z.array(z.object({ k: z.string(), v: z.number().nullable() })),
+  nested: z.object({ deep: z.array(z.string().optional()) }).nullable(),
+});
+
+const valid: unknown[] = [
+  { success: true, error: null, message: null, n: 1, d: 1.5, s: 'a"b\\c\u0001\u2028\ud800', b: false, lit: 'x', e: 'B', arr: [], nested: null },
+  { extra: 1, nested: { deep: ['a', undefined], more: 2 }, arr: [{ v: null, k: 'é', z: 1 }], e: 'A', lit: 'x', b: true, no: null, o: 'set', s: null, d: 1e21, n: -0, message: 'm', error: 'E', success: false },
+  { success: true, error: null, message: null, n: 2 ** 53 - 1, d: 3, s: '', o: undefined, no: undefined, b: true, lit: 'x', e: 'A', arr: [{ k: '', v: 0.1 }], nested: { deep: [] } },
+];
+
+const invalid: unknown[] = [
+  { success: true, error: null, message: null, n: 1.5, d: 1, s: null, b: true, lit: 'x', e: 'A', arr: [], nested: null },
+  { success: true, error: null, message: null, n: 1, d: 0.5, s: null, b: true, lit: 'x', e: 'A', arr: [], nested: null },
+  { success: true, error: null, message: null, n: 1, d: 1, b: true, lit: 'x', e: 'A', arr: [], nested: null },
+  { success: true, error: null, message: null, n: 1, d: 1, s: null, b: 'true', lit: 'x', e: 'A', arr: [], nested: null },
+  { success: true, error: null, message: null, n: 1, d: 1, s: null, b: true, lit: 'y', e: 'C', arr: [], nested: null },
+  { success: true, error: null, message: null, n: Infinity, d: 1, s: null, b: true, lit: 'x', e: 'A', arr: {}, nested: null },
+  [],
+  null,
+];
+
+describe('compiled response serializer', () => {
+  it('writes what the zod parse + JSON.stringify wrote', () => {
+    const w = serializerCompiler(args(Sample));
+    for (const data of valid) expect(w(data)).toBe(zodWay(Sample, data));
+  });
+
+  it('refuses what the zod parse refuses, with the same error', () => {
+    const w = serializerCompiler(args(Sample));
+    for (const data of invalid) {
+      let zodErr: unknown;
+      try {
+        zodWay(Sample, data);
+      } catch (e) {
+        zodErr = e;
+      }
+      expect(zodErr, JSON.stringify(data)).toBeDefined();
+      expect(() => w(data)).toThrow((zodErr as Error).message);
+    }
+  });
+
+  it("covers the read endpoints' response schemas and the error envelope", () => {
+    for (const s of [paged(PickUpPoint), paged(Locker), paged(PupAvailability), ErrorEnvelope]) expect(compileResponseWriter(s)).not.toBeNull();
+    const pups = paged(PickUpPoint);
+    const data = {
+      success: true, error: null, message: null, pageNo: 1, pageSize: 50, totalItems: 2, totalPages: 1,
+      items: [
+        { pupUid: 'p1', name: 'One', timeZone: 'Europe/Amsterdam', locationAddress: { streetName: 's', mailbox: '', city: 'c', countryIso2: 'NL' }, deliveryAddress: { streetName: 's', mailbox: 'm', city: 'c', countryIso2: 'NL' }, parkingAddress: null, externalReference: '' },
+        { name: 'Two', pupUid: 'p2' },
+      ],
+    };
+    expect(serializerCompiler(args(pups))(data)).toBe(zodWay(pups, data));
+    expect(serializerCompiler(args(ErrorEnvelope))({ success: false, error: 'InvalidRequest', message: 'm' })).toBe('{"success":false,"error":"InvalidRequest","message":"m"}');
+  });
+
+  it('leaves schemas with other types or checks to zod', () => {
+    for (const s of [z.object({ d: z.date() }), z.object({ s: z.string().min(2) }), z.object({ t: z.string().transform((x) => x.length) }), z.object({}).passthrough(), z.object({ u: z.union([z.string(), z.number()]) })]) {
+      expect(compileResponseWriter(s)).toBeNull();
+    }
+    const s = z.object({ t: z.string().transform((x) => x.length) });
+    expect(serializerCompiler(args(s))({ t: 'abc' })).toBe('{"t":3}');
+  });
+});

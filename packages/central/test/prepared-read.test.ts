@@ -1,0 +1,55 @@
+// Reads by fixed prepared statements (db/prepared-read.ts) answer like Kysely did, on both engines,
+// and on SQLite never see a transaction's uncommitted writes: while a Kysely transaction holds the
+// one connection, a read waits for it as any Kysely query does.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { preparedReader, sqlitePage } from '../src/db/prepared-read';
+import { createTestService, describeEngines, type TestService } from './support/harness';
+
+describeEngines('prepared reads', (engine) => {
+  let t: TestService;
+  beforeAll(async () => {
+    t = await createTestService(engine);
+  });
+  afterAll(async () => t?.close());
+
+  it('answers the rows of a statement with ? placeholders', async () => {
+    const read = preparedReader(t.ctx.db);
+    const want = await t.ctx.db.kysely.selectFrom('pups').select(['uid', 'name']).orderBy('uid').execute();
+    expect(await read('select uid, name from pups where uid >= ? order by uid', [''])).toEqual(want);
+    expect(await read('select uid, name from pups where uid = ? and name = ?', [want[0]!.uid, want[0]!.name])).toEqual([want[0]]);
+  });
+
+  it('does not read what an open transaction has not committed', async () => {
+    const read = preparedReader(t.ctx.db);
+    const [pup] = await t.ctx.db.kysely.selectFrom('pups').select(['uid', 'name']).orderBy('uid').limit(1).execute();
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    let updated!: () => void;
+    const inside = new Promise<void>((r) => (updated = r));
+    const tx = t.ctx.db.kysely
+      .transaction()
+      .execute(async (trx) => {
+        await trx.updateTable('pups').set({ name: 'uncommitted' }).where('uid', '=', pup!.uid).execute();
+        updated();
+        await held;
+        throw new Error('rolled back');
+      })
+      .catch(() => undefined);
+    await inside;
+    const during = read<{ name: string }>('select name from pups where uid = ?', [pup!.uid]);
+    const page = engine === 'sqlite' ? sqlitePage<{ name: string }>(t.ctx.db, 'select name from pups where uid = ? order by name', [pup!.uid], 0, 10) : null;
+    setTimeout(release, 50);
+    expect((await during)[0]!.name).toBe(pup!.name);
+    if (page) expect((await page).rows[0]!.name).toBe(pup!.name);
+    await tx;
+  });
+
+  it.runIf(engine === 'sqlite')('pages a sorted read without LIMIT: the page, and the total when it ends within the page', async () => {
+    const all = await t.ctx.db.kysely.selectFrom('lockers').select('uid').orderBy('uid').execute();
+    expect(all.length).toBeGreaterThan(3);
+    const text = 'select uid from lockers order by uid';
+    expect(await sqlitePage(t.ctx.db, text, [], 0, 2)).toEqual({ rows: all.slice(0, 2) });
+    expect(await sqlitePage(t.ctx.db, text, [], 2, all.length)).toEqual({ rows: all.slice(2), total: all.length });
+    expect(await sqlitePage(t.ctx.db, text, [], all.length + 5, 2)).toEqual({ rows: [], total: all.length });
+  });
+});
