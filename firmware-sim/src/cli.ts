@@ -1,5 +1,6 @@
 // locker-sim: run the lock-board / scanner simulator from a terminal.
 //   npx tsx firmware-sim/src/cli.ts [options]      (see --help)
+//   npx tsx firmware-sim/src/cli.ts fleet ...      the fleet simulator (fleet/cli.ts)
 // Prints the device paths for the agent, then reads commands from stdin (type "help").
 import readline from 'node:readline';
 import pino from 'pino';
@@ -7,10 +8,13 @@ import { runCommand, type CommandContext } from './commands';
 import { parseArgs, USAGE } from './config';
 import { ControlServer, parseControlSpec } from './control';
 import { SimError } from './errors';
+import { fleetMain } from './fleet/cli';
 import { suffixName } from './scanner';
 import { Simulator } from './simulator';
 
 async function main(): Promise<number> {
+  // `locker-sim fleet ...`: the fleet simulator (thousands of simulated terminals over MQTT)
+  if (process.argv[2] === 'fleet') return fleetMain(process.argv.slice(3));
   let cfg;
   try {
     cfg = parseArgs(process.argv.slice(2));

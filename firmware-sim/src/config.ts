@@ -28,6 +28,7 @@ export interface CliConfig {
 export const DEFAULT_DIR = path.join(os.tmpdir(), 'locker-sim');
 
 export const USAGE = `Usage: locker-sim [options]
+       locker-sim fleet generate|run [options]   (simulated terminals over MQTT; locker-sim fleet --help)
 
 Simulates RS485 lock-board buses and serial scanners on pseudo-terminals (socat) or TCP.
 Default: one kerong-cu16 bus "bus0" with boards 0 and 1 (16 locks each) and one scanner

@@ -13,3 +13,8 @@ export type * from './types';
 export { runCommand, busStatus, HELP, type CommandContext } from './commands';
 export { parseArgs, parseBusSpec, parseScannerSpec, loadConfigFile, defaultOptions, USAGE, DEFAULT_DIR, type CliConfig } from './config';
 export { ControlServer, parseControlSpec, type ControlReply, type ControlServerOptions } from './control';
+export { Fleet, percentile, type FleetOptions, type FleetMetrics } from './fleet/fleet';
+export { SimTerminal, EVENT_WINDOW, type TerminalCredentials, type TerminalOptions, type TerminalObserver } from './fleet/terminal';
+export { generateFleetSite, generateSecret, readFleetTerminals, siteToYaml, type FleetSite, type GenerateOptions } from './fleet/provisioning';
+export { FleetError, type FleetErrorCode } from './fleet/errors';
+export { parseFleetArgs, fleetMain, FLEET_USAGE, type FleetArgs, type FleetRunArgs, type FleetGenerateArgs } from './fleet/cli';
