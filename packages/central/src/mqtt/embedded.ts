@@ -72,6 +72,15 @@ export { AUTH_THROTTLE, MAX_PENDING_CHECKS, type AuthThrottle };
  * that queue. The bound never limited memory (the queue has no bound), so there is no queue.
  * Shown by mqtt-emitter-recursion.test.ts.
  */
+/**
+ * The accept queue of the broker's socket. Node's default (511) is too short for a fleet that
+ * reconnects at once: connections beyond it lose their SYN, the kernel retransmits it after 1, 3,
+ * 7 ... s, and a terminal's 10 s connect timeout runs out before its CONNACK (10,000 terminals at
+ * once: 10,237 timeouts and retries). The kernel caps it at net.core.somaxconn (4096 on current
+ * kernels; raise that sysctl for larger waves).
+ */
+export const LISTEN_BACKLOG = 65_535;
+
 export const AEDES_CONCURRENCY = 0;
 
 /** The terminal messages the embedded broker never acknowledges unless a handler stored them. */
@@ -236,7 +245,7 @@ export class EmbeddedBroker implements MessageBus {
     const listen = (port: number) =>
       new Promise<void>((resolve, reject) => {
         server.once('error', reject);
-        server.listen(port, this.opts.host, () => {
+        server.listen({ port, host: this.opts.host, backlog: LISTEN_BACKLOG }, () => {
           server.off('error', reject);
           resolve();
         });
