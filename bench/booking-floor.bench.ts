@@ -50,7 +50,7 @@ interface Booker {
 }
 
 /** A provisioned store (schema from the real migrations), copied for every variant. */
-async function template(dir: string): Promise<{ file: string; tenantUid: string; mainUid: string; user: string; pups: string[] }> {
+export async function template(dir: string): Promise<{ file: string; tenantUid: string; mainUid: string; user: string; pups: string[] }> {
   const file = path.join(dir, 'template.db');
   const db = await openDatabase({ url: file });
   await db.migrate();
@@ -63,7 +63,7 @@ async function template(dir: string): Promise<{ file: string; tenantUid: string;
   return { file, tenantUid: t.uid, mainUid: t.main_account_uid, user, pups };
 }
 
-async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean } = {}): Promise<{ name: string; load: Load; batch: string }> {
+export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean } = {}): Promise<{ name: string; load: Load; batch: string }> {
   const file = path.join(dir, `${name.replace(/\W+/g, '-')}.db`);
   fs.copyFileSync(tpl.file, file);
   if (drop.length) {

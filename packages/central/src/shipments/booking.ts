@@ -52,6 +52,29 @@ export interface BookRequest {
   allowLarger: boolean;
   allowOverflow: boolean;
   lockerUid?: string | null;
+  /**
+   * Accounts the caller must be able to manage (ShipmentService.checkUser), checked in the
+   * booking's first statement on PostgreSQL (one round trip less per account) and in the given
+   * order before its outcome is looked at: a refused account is InvalidUserUid whatever the
+   * booking found (the transaction then rolls back whatever it took). Only for a booking with
+   * allowLarger and no lockerUid; set by the route instead of calling checkUser first.
+   */
+  userChecks?: UserCheck[];
+}
+
+export interface UserCheck {
+  uid: string;
+  field: string;
+}
+
+/**
+ * canManageAccount (accounts/access.ts) as ShipmentService.checkUser decides it: the account is
+ * linked to a PUP of the tenant, and it is not another tenant's dispatcher main account.
+ */
+export function assertManageable(tenant: TenantPrincipal, check: UserCheck, linkedPups: readonly string[], foreignMain: boolean): void {
+  if (!linkedPups.some((p) => tenant.pupUids.has(p)) || foreignMain) {
+    throw new ApiError('InvalidUserUid', `${check.field}: ${check.uid} is not an account this client can manage`);
+  }
 }
 
 export interface Booked {
@@ -97,8 +120,19 @@ const MID_SIDE = 'GREATEST(LEAST(width, height), LEAST(GREATEST(width, height), 
 const MAX_SIDE = 'GREATEST(width, height, length)';
 const PG_TAKE_FIRST_FITTING = `UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = (SELECT uid FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND ${MIN_SIDE} >= ? AND ${MID_SIDE} >= ? AND ${MAX_SIDE} >= ? ORDER BY ${candidateOrder('postgres')} LIMIT 1 FOR UPDATE SKIP LOCKED) AND booked_shipment_uid IS NULL RETURNING uid, name`;
 const FIRST = 4;
+/** PG_TAKE_FIRST_FITTING plus n account checks (userChecks) in one statement */
+const pgTakeChecked = (n: number) =>
+  `WITH t AS (${PG_TAKE_FIRST_FITTING}) SELECT (SELECT uid FROM t) AS uid, (SELECT name FROM t) AS name${Array.from(
+    { length: n },
+    (_, i) => `, ARRAY(SELECT pup_uid FROM account_pups WHERE account_uid = ?) AS p${i}, EXISTS (SELECT 1 FROM tenants WHERE main_account_uid = ? AND uid <> ?) AS f${i}`,
+  ).join('')}`;
+const PG_TAKE_CHECKED = [1, 2].map(pgTakeChecked);
+/** the first few free lockers in candidate order, per engine (one text, built once) */
+const firstCandidates = (engine: 'sqlite' | 'postgres') =>
+  `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY ${candidateOrder(engine)} LIMIT ${FIRST}`;
+const FIRST_CANDIDATES = { sqlite: firstCandidates('sqlite'), postgres: firstCandidates('postgres') };
 
-async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
+async function bookAt(trx: Trx, db: Db, tenant: TenantPrincipal, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
   const tryAll = async (lockers: LockerCandidate[]) => {
     for (const c of chooseCandidates(lockers, req.dimension, req.allowLarger)) {
       if (await takeLocker(trx, db, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
@@ -110,6 +144,17 @@ async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipme
     // chooseCandidates, with the sides sorted in SQL), lock it skipping rows other bookers hold,
     // and take it.
     const [a, b, c] = [req.dimension.width, req.dimension.height, req.dimension.length].sort((x, y) => x - y) as [number, number, number];
+    const checks = req.userChecks;
+    if (checks?.length) {
+      // the accounts checked in the same round trip (an overflow attempt does not repeat them)
+      req.userChecks = undefined;
+      const params: unknown[] = [shipmentUid, now, pupUid, a, b, c];
+      for (const ch of checks) params.push(ch.uid, ch.uid, tenant.uid);
+      const res = await rawQuery<Record<string, unknown>>(trx, db, PG_TAKE_CHECKED[checks.length - 1] ?? pgTakeChecked(checks.length), params);
+      const row = res.rows[0]!;
+      checks.forEach((ch, i) => assertManageable(tenant, ch, row[`p${i}`] as string[], row[`f${i}`] === true));
+      return row.uid ? { pupUid, lockerUid: row.uid as string, lockerName: row.name as string } : null;
+    }
     const res = await rawQuery<{ uid: string; name: string }>(trx, db, PG_TAKE_FIRST_FITTING, [shipmentUid, now, pupUid, a, b, c]);
     const got = res.rows[0];
     return got ? { pupUid, lockerUid: got.uid, lockerName: got.name } : null;
@@ -118,14 +163,7 @@ async function bookAt(trx: Trx, db: Db, pupUid: string, req: BookRequest, shipme
     // Only free lockers matter. Fetch the first few in candidate order (a locker smaller in
     // volume than the package cannot fit); the whole PUP only when none of those fits.
     const d = req.dimension;
-    const first = (
-      await rawQuery<LockerCandidate>(
-        trx,
-        db,
-        `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY ${candidateOrder(db.engine)} LIMIT ${FIRST}`,
-        [pupUid, d.width * d.height * d.length],
-      )
-    ).rows;
+    const first = (await rawQuery<LockerCandidate>(trx, db, FIRST_CANDIDATES[db.engine], [pupUid, d.width * d.height * d.length])).rows;
     const got = await tryAll(first);
     if (got || first.length < FIRST) return got;
     return tryAll((await rawQuery<LockerCandidate>(trx, db, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL`, [pupUid])).rows);
@@ -145,13 +183,13 @@ export async function bookLocker(trx: Trx, db: Db, tenant: TenantPrincipal, req:
     if (!(await takeLocker(trx, db, l.uid, shipmentUid, now))) throw noLocker(`locker ${l.name} is already booked`);
     return { pupUid: req.pupUid, lockerUid: l.uid, lockerName: l.name };
   }
-  const here = await bookAt(trx, db, req.pupUid, req, shipmentUid, now);
+  const here = await bookAt(trx, db, tenant, req.pupUid, req, shipmentUid, now);
   if (here) return here;
   if (req.allowOverflow) {
     const pup = await trx.selectFrom('pups').select('overflow_pup_uid').where('uid', '=', req.pupUid).executeTakeFirst();
     const overflow = pup?.overflow_pup_uid;
     if (overflow && tenant.pupUids.has(overflow)) {
-      const there = await bookAt(trx, db, overflow, req, shipmentUid, now);
+      const there = await bookAt(trx, db, tenant, overflow, req, shipmentUid, now);
       if (there) return there;
       throw noLocker(`no fitting locker is free at pick up point ${req.pupUid} nor at its overflow pick up point ${overflow}`);
     }

@@ -1,8 +1,10 @@
 // Read side: the GetShipments family, objects, swaps, access codes, history. Every query is
 // scoped by tenant; the indexes of migration 200 serve each filter and sort.
 import type BetterSqlite3 from 'better-sqlite3';
-import type { Kysely } from 'kysely';
+import { CompiledQuery, type Kysely } from 'kysely';
 import { sqliteStatement } from './sqlq';
+import type { Db } from '../db/database';
+import { registerPreparedStatement } from '../db/pg-prepared';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
 import type { TypeCode } from './types';
@@ -73,105 +75,224 @@ class TotalsCache {
 
 const totalsCaches = new WeakMap<BetterSqlite3.Database, TotalsCache>();
 
-export async function listShipments(db: Kysely<Database>, f: ShipmentFilter, sqlite?: BetterSqlite3.Database) {
-  let base = db.selectFrom('shipments as s').where('s.tenant_uid', '=', f.tenantUid);
-  if (f.typeCode) base = base.where('s.type_code', '=', f.typeCode);
-  if (f.shipmentUid) {
-    base = base.where('s.uid', '=', f.shipmentUid);
-  } else {
-    if (f.active != null) base = base.where('s.active', '=', f.active ? 1 : 0);
-    if (f.states && f.states.length) base = base.where('s.state_code', 'in', f.states);
-  }
-  if (f.userUid) {
-    const u = f.userUid;
-    base = base.where((eb) => eb.or([eb('s.from_user_uid', '=', u), eb('s.to_user_uid', '=', u)]));
-  }
-  if (f.bookedPupUid) base = base.where('s.pup_uid', '=', f.bookedPupUid).where('s.active', '=', 1);
-  if (f.updatedSince) base = base.where('s.updated_at', '>=', f.updatedSince);
+// The page query of the GetShipments family as hand-written SQL, one text per filter shape (which
+// filters are present, how many states, the sort), built once and then cached: no Kysely query
+// tree is built and compiled per request. SQLite runs it as a cached prepared statement in raw
+// (array) mode; PostgreSQL as a named prepared statement, the count and the page in one round trip.
 
-  let cache: TotalsCache | undefined;
-  if (sqlite) {
-    cache = totalsCaches.get(sqlite);
-    if (!cache) totalsCaches.set(sqlite, (cache = new TotalsCache(sqlite)));
-  }
-  const key = JSON.stringify([f.tenantUid, f.typeCode, f.shipmentUid ?? null, f.active ?? null, f.states ?? null, f.userUid ?? null, f.bookedPupUid ?? null, f.updatedSince ?? null]);
-  const cached = cache?.check(key);
-  let totalItems: number;
-  if (cached?.total !== undefined) {
-    totalItems = cached.total;
-  } else {
-    const countRow = await base.select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirst();
-    totalItems = Number(countRow?.n ?? 0);
-    if (cached) cache!.store(cached.version, key, totalItems);
-  }
-  const offset = (f.pageNo - 1) * f.pageSize;
-  if (totalItems === 0 || offset >= totalItems) return { totalItems, items: [] };
+const PAGE_COLS =
+  's.uid, s.created_at, s.type_code, s.state_start, s.state_code, s.active, s.reference_no, s.reference_case_no, s.description, s.from_user_uid, s.to_user_uid, s.from_address, s.to_address, s.swaps_shipment_uid, s.pup_uid, fa.user_name AS from_name, ta.user_name AS to_name, p.name AS pup_name, l.name AS locker_name';
+const PAGE_JOINS = 'LEFT JOIN accounts fa ON fa.uid = s.from_user_uid LEFT JOIN accounts ta ON ta.uid = s.to_user_uid LEFT JOIN pups p ON p.uid = s.pup_uid LEFT JOIN lockers l ON l.uid = s.locker_uid';
+const ORDER: Record<SortBy, string> = {
+  CreatedAsc: 'ORDER BY s.created_at ASC, s.uid ASC',
+  CreatedDesc: 'ORDER BY s.created_at DESC, s.uid DESC',
+  ActivityAsc: 'ORDER BY s.updated_at ASC, s.uid ASC',
+  ActivityDesc: 'ORDER BY s.updated_at DESC, s.uid DESC',
+};
 
-  const col = f.sortBy.startsWith('Created') ? 's.created_at' : 's.updated_at';
-  const dir = f.sortBy.endsWith('Asc') ? 'asc' : 'desc';
-  const rows = await base
-    .leftJoin('accounts as fa', 'fa.uid', 's.from_user_uid')
-    .leftJoin('accounts as ta', 'ta.uid', 's.to_user_uid')
-    .leftJoin('pups as p', 'p.uid', 's.pup_uid')
-    .leftJoin('lockers as l', 'l.uid', 's.locker_uid')
-    .select([
-      's.uid',
-      's.created_at',
-      's.type_code',
-      's.state_start',
-      's.state_code',
-      's.active',
-      's.reference_no',
-      's.reference_case_no',
-      's.description',
-      's.from_user_uid',
-      's.to_user_uid',
-      's.from_address',
-      's.to_address',
-      's.swaps_shipment_uid',
-      's.pup_uid',
-      'fa.user_name as from_name',
-      'ta.user_name as to_name',
-      'p.name as pup_name',
-      'l.name as locker_name',
-    ])
-    .orderBy(col, dir)
-    .orderBy('s.uid', dir)
-    .limit(f.pageSize)
-    .offset(offset)
-    .execute();
+interface ListSql {
+  count: string;
+  page: string;
+  /** PostgreSQL: the total (on every row) and the page in one statement; an empty page counts apart */
+  pg: string;
+}
+const listSql = new Map<string, ListSql>();
 
-  const items = rows.map((r) => {
-    const active = !!r.active;
-    const item: Record<string, unknown> = {
-      shipmentUid: r.uid,
-      dateCreated: toApiTime(r.created_at),
-      typeCode: r.type_code,
-      stateStart: toApiTime(r.state_start),
-      stateCode: r.state_code,
-    };
-    if (r.reference_no != null) item.referenceNo = r.reference_no;
-    if (r.reference_case_no != null) item.referenceCaseNo = r.reference_case_no;
-    if (r.description != null) item.description = r.description;
-    if (r.from_user_uid) {
-      item.fromUserUid = r.from_user_uid;
-      if (r.from_name != null) item.fromUserName = r.from_name;
-    }
-    const fromAddress = parseAddress(r.from_address);
-    if (fromAddress) item.fromAddress = fromAddress;
-    if (r.to_user_uid) {
-      item.toUserUid = r.to_user_uid;
-      if (r.to_name != null) item.toUserName = r.to_name;
-    }
-    const toAddress = parseAddress(r.to_address);
-    if (toAddress) item.toAddress = toAddress;
-    item.swapsShipmentUid = r.swaps_shipment_uid ?? null;
+/** The filter's WHERE clause (placeholders `?`, in the order of filterParams) and its cache key. */
+function shapeOf(f: ShipmentFilter): string {
+  return `${f.typeCode ? 't' : ''}${f.shipmentUid ? 'u' : `${f.active != null ? 'a' : ''}${f.states && f.states.length ? `s${f.states.length}` : ''}`}${f.userUid ? 'w' : ''}${f.bookedPupUid ? 'p' : ''}${f.updatedSince ? 'd' : ''}/${f.sortBy}`;
+}
+
+function whereOf(f: ShipmentFilter): string {
+  const w = ['s.tenant_uid = ?'];
+  if (f.typeCode) w.push('s.type_code = ?');
+  if (f.shipmentUid) w.push('s.uid = ?');
+  else {
+    if (f.active != null) w.push('s.active = ?');
+    if (f.states && f.states.length) w.push(`s.state_code IN (${f.states.map(() => '?').join(', ')})`);
+  }
+  if (f.userUid) w.push('(s.from_user_uid = ? OR s.to_user_uid = ?)');
+  if (f.bookedPupUid) w.push('s.pup_uid = ? AND s.active = 1');
+  if (f.updatedSince) w.push('s.updated_at >= ?');
+  return w.join(' AND ');
+}
+
+function filterParams(f: ShipmentFilter): unknown[] {
+  const p: unknown[] = [f.tenantUid];
+  if (f.typeCode) p.push(f.typeCode);
+  if (f.shipmentUid) p.push(f.shipmentUid);
+  else {
+    if (f.active != null) p.push(f.active ? 1 : 0);
+    if (f.states && f.states.length) p.push(...f.states);
+  }
+  if (f.userUid) p.push(f.userUid, f.userUid);
+  if (f.bookedPupUid) p.push(f.bookedPupUid);
+  if (f.updatedSince) p.push(f.updatedSince);
+  return p;
+}
+
+function sqlOf(f: ShipmentFilter): ListSql {
+  const key = shapeOf(f);
+  let q = listSql.get(key);
+  if (!q) {
+    const where = whereOf(f);
+    // SQLite: each row as one JSON array text (json_array), parsed by JSON.parse: one string per
+    // row crosses from SQLite instead of 19 values (about 40 % of the page query's time)
+    const page = `SELECT json_array(${PAGE_COLS.replace(/ AS \w+/g, '')}) FROM shipments s ${PAGE_JOINS} WHERE ${where} ${ORDER[f.sortBy]} LIMIT ? OFFSET ?`;
+    let n = 0;
+    const pgWhere = where.replace(/\?/g, () => `$${++n}`);
+    const k = n;
+    // the same $1..$k serve the count (an uncorrelated scalar subquery: computed once) and the page
+    const pg = `SELECT (SELECT count(*) FROM shipments s WHERE ${pgWhere}) AS total, ${PAGE_COLS} FROM shipments s ${PAGE_JOINS} WHERE ${pgWhere} ${ORDER[f.sortBy]} LIMIT $${k + 1} OFFSET $${k + 2}`;
+    q = { count: `SELECT count(*) AS n FROM shipments s WHERE ${where}`, page, pg };
+    // bounded: every shape is a combination of a few flags, up to 13 states and 4 sorts
+    listSql.set(key, q);
+    if (!f.states || f.states.length <= 2) registerPreparedStatement(pg);
+  }
+  return q;
+}
+
+/** A row of the page, in PAGE_COLS order (SQLite: the row's JSON array; PostgreSQL rows are mapped to it). */
+type PageRow = [
+  uid: string,
+  created_at: string,
+  type_code: string,
+  state_start: string,
+  state_code: string,
+  active: number | boolean,
+  reference_no: string | null,
+  reference_case_no: string | null,
+  description: string | null,
+  from_user_uid: string | null,
+  to_user_uid: string | null,
+  from_address: string | null,
+  to_address: string | null,
+  swaps_shipment_uid: string | null,
+  pup_uid: string,
+  from_name: string | null,
+  to_name: string | null,
+  pup_name: string | null,
+  locker_name: string | null,
+];
+
+/** stored time -> API time (UTC, no zone), as toApiTime */
+const apiTime = (v: string): string => (v.charCodeAt(v.length - 1) === 90 /* Z */ ? v.slice(0, -1) : v);
+
+/**
+ * One item of the page. Every item has the same keys in the same order (one object shape for the
+ * whole page, no per-row dictionary growth); an absent optional field is undefined, which the
+ * response serializer leaves out exactly as a missing key.
+ */
+function toItem(r: PageRow): ShipmentListItem {
+  const active = !!r[5];
+  const from = r[9];
+  const to = r[10];
+  return {
+    shipmentUid: r[0],
+    dateCreated: apiTime(r[1]),
+    typeCode: r[2],
+    stateStart: apiTime(r[3]),
+    stateCode: r[4],
+    referenceNo: r[6] ?? undefined,
+    referenceCaseNo: r[7] ?? undefined,
+    description: r[8] ?? undefined,
+    fromUserUid: from || undefined,
+    fromUserName: from ? (r[15] ?? undefined) : undefined,
+    fromAddress: r[11] ? parseAddress(r[11]) : undefined,
+    toUserUid: to || undefined,
+    toUserName: to ? (r[16] ?? undefined) : undefined,
+    toAddress: r[12] ? parseAddress(r[12]) : undefined,
+    swapsShipmentUid: r[13] ?? null,
     // The current booking: only active shipments hold (or wait for) a locker.
-    item.bookedPupUid = active ? r.pup_uid : null;
-    item.bookedPupName = active ? (r.pup_name ?? null) : null;
-    item.bookedLockerName = active ? (r.locker_name ?? null) : null;
-    return item;
-  });
+    bookedPupUid: active ? r[14] : null,
+    bookedPupName: active ? (r[17] ?? null) : null,
+    bookedLockerName: active ? (r[18] ?? null) : null,
+  };
+}
+
+export interface ShipmentListItem {
+  shipmentUid: string;
+  dateCreated: string;
+  typeCode: string;
+  stateStart: string;
+  stateCode: string;
+  referenceNo: string | undefined;
+  referenceCaseNo: string | undefined;
+  description: string | undefined;
+  fromUserUid: string | undefined;
+  fromUserName: string | undefined;
+  fromAddress: Record<string, string> | undefined;
+  toUserUid: string | undefined;
+  toUserName: string | undefined;
+  toAddress: Record<string, string> | undefined;
+  swapsShipmentUid: string | null;
+  bookedPupUid: string | null;
+  bookedPupName: string | null;
+  bookedLockerName: string | null;
+}
+
+const pgCounts = new Map<string, string>();
+const pgCount = (text: string): string => {
+  let t = pgCounts.get(text);
+  if (!t) {
+    let n = 0;
+    pgCounts.set(text, (t = text.replace(/\?/g, () => `$${++n}`)));
+  }
+  return t;
+};
+
+const rawStatements = new WeakMap<BetterSqlite3.Database, Map<string, BetterSqlite3.Statement>>();
+
+/**
+ * A cached statement in raw (array) mode, or plucking its one column: its own cache, the shared
+ * one (sqliteStatement) returns objects.
+ */
+function rawStatement(sqlite: BetterSqlite3.Database, text: string, pluck = false): BetterSqlite3.Statement {
+  let m = rawStatements.get(sqlite);
+  if (!m) rawStatements.set(sqlite, (m = new Map()));
+  let st = m.get(text);
+  if (!st) {
+    st = pluck ? sqlite.prepare(text).pluck(true) : sqlite.prepare(text).raw(true);
+    m.set(text, st);
+  }
+  return st;
+}
+
+export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalItems: number; items: ShipmentListItem[] }> {
+  const q = sqlOf(f);
+  const params = filterParams(f);
+  const offset = (f.pageNo - 1) * f.pageSize;
+  if (db.engine === 'postgres') {
+    const r = await db.kysely.executeQuery<Record<string, unknown>>(CompiledQuery.raw(q.pg, [...params, f.pageSize, offset]));
+    if (r.rows.length === 0) {
+      // no row carries the total: a page past the end, or nothing matches
+      const c = await db.kysely.executeQuery<{ n: unknown }>(CompiledQuery.raw(pgCount(q.count), params));
+      return { totalItems: Number(c.rows[0]?.n ?? 0), items: [] };
+    }
+    const totalItems = Number(r.rows[0]!.total);
+    const items = new Array<ShipmentListItem>(r.rows.length);
+    for (let i = 0; i < r.rows.length; i++) {
+      const v = Object.values(r.rows[i]!);
+      v.shift(); // total
+      items[i] = toItem(v as PageRow);
+    }
+    return { totalItems, items };
+  }
+  const sqlite = db.sqlite!;
+  let cache = totalsCaches.get(sqlite);
+  if (!cache) totalsCaches.set(sqlite, (cache = new TotalsCache(sqlite)));
+  const key = JSON.stringify(params);
+  const cached = cache.check(shapeOf(f) + key);
+  let totalItems = cached.total;
+  if (totalItems === undefined) {
+    totalItems = Number((rawStatement(sqlite, q.count).get(params) as [number])[0]);
+    cache.store(cached.version, shapeOf(f) + key, totalItems);
+  }
+  if (totalItems === 0 || offset >= totalItems) return { totalItems, items: [] };
+  params.push(f.pageSize, offset);
+  const rows = rawStatement(sqlite, q.page, true).all(params) as string[];
+  const items = new Array<ShipmentListItem>(rows.length);
+  for (let i = 0; i < rows.length; i++) items[i] = toItem(JSON.parse(rows[i]!) as PageRow);
   return { totalItems, items };
 }
 

@@ -9,7 +9,7 @@ import type { ShipmentsTable } from '../db/schema-shipments';
 import { ApiError } from '../errors';
 import { newSeqUid, toDbTime } from '../ids';
 import { enqueueShipmentStatus } from '../callbacks/outbox';
-import { bookLocker, chooseCandidates, fits, releaseLocker, takeLocker, transferLocker, type BookRequest, type Dim, type LockerCandidate } from './booking';
+import { assertManageable, bookLocker, chooseCandidates, fits, releaseLocker, takeLocker, transferLocker, type BookRequest, type Dim, type LockerCandidate } from './booking';
 import { copyCodes, insertCodePair, insertLinkCode, insertNewShipmentCodes, invalidateCodes, type CodeOwner } from './codes';
 import { initial, transition, type Input, type MachineState } from './state-machine';
 import { createTxRunner, type Trx, type TxJob, type TxRunner } from './tx';
@@ -96,12 +96,14 @@ export interface LockerAccessResult {
   skipped?: boolean;
 }
 
-const insertSql = new Map<string, string>();
+/** the INSERT of a new shipment row for these columns (create's row always has the same keys: the text is reused) */
+let lastInsert: { cols: string[]; text: string } | undefined;
 const insertShipmentSql = (cols: string[]) => {
-  const key = cols.join(', ');
-  let t = insertSql.get(key);
-  if (!t) insertSql.set(key, (t = `INSERT INTO shipments (${key}) VALUES (${cols.map(() => '?').join(', ')})`));
-  return t;
+  const l = lastInsert;
+  if (l && l.cols.length === cols.length && l.cols.every((c, i) => c === cols[i])) return l.text;
+  const text = `INSERT INTO shipments (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`;
+  lastInsert = { cols, text };
+  return text;
 };
 
 const ROTATE_WINDOW_MS = 15 * 60_000;
@@ -113,6 +115,8 @@ const THROTTLE_MS = ROTATE_WINDOW_MS;
 const codesTouched = new WeakMap<Trx, Set<string>>();
 /** ... and those the job running in it now changed (a transaction runs one job at a time) */
 const jobTouched = new WeakMap<Trx, Set<string>>();
+/** ... and those of them whose version the job already raised (create, on PostgreSQL: in its statement batch) */
+const jobBumped = new WeakMap<Trx, Set<string>>();
 /** metrics the job running in a transaction counts once it committed (ops/metrics.ts) */
 const jobCounted = new WeakMap<Trx, (() => void)[]>();
 
@@ -142,9 +146,10 @@ const BUMP_1 = bumpSql(1);
  * Raises the code version of these pick up points (edge/sync.ts reads them as its change marker),
  * in sorted order: concurrent PostgreSQL jobs lock the rows in one order.
  */
-async function bumpCodeVersions(trx: Trx, db: AppContext['db'], pups: Set<string>): Promise<void> {
+async function bumpCodeVersions(trx: Trx, db: AppContext['db'], pups: Set<string>, done?: Set<string>): Promise<void> {
   if (pups.size === 0) return;
-  const list = [...pups].sort();
+  const list = done?.size ? [...pups].filter((p) => !done.has(p)).sort() : [...pups].sort();
+  if (list.length === 0) return;
   await rawQuery(trx, db, list.length === 1 ? BUMP_1 : bumpSql(list.length), list);
 }
 
@@ -183,15 +188,18 @@ export class ServiceTxRunner implements TxRunner {
         seen.add(trx); // a PostgreSQL retry runs the job again in a new transaction
         if (reservation) await markIdempotentRun(trx, reservation);
         const touched = new Set<string>();
+        const bumped = new Set<string>();
         jobTouched.set(trx, touched);
+        jobBumped.set(trx, bumped);
         jobCounted.set(trx, (counted = []));
         try {
           const v = await job(trx);
           // last, so a PostgreSQL job holds the point's version row only until its COMMIT
-          await bumpCodeVersions(trx, this.db, touched);
+          await bumpCodeVersions(trx, this.db, touched, bumped);
           return v;
         } finally {
           jobTouched.delete(trx);
+          jobBumped.delete(trx);
           jobCounted.delete(trx);
         }
       });
@@ -278,9 +286,12 @@ export class ShipmentService {
       'SELECT pup_uid, EXISTS (SELECT 1 FROM tenants WHERE main_account_uid = ? AND uid <> ?) AS foreign_main FROM account_pups WHERE account_uid = ?',
       [uid, tenant.uid, uid],
     );
-    if (!links.rows.some((l) => tenant.pupUids.has(l.pup_uid)) || links.rows.some((l) => l.foreign_main === true || Number(l.foreign_main) === 1)) {
-      throw new ApiError('InvalidUserUid', `${field}: ${uid} is not an account this client can manage`);
-    }
+    assertManageable(
+      tenant,
+      { uid, field },
+      links.rows.map((l) => l.pup_uid),
+      links.rows.some((l) => l.foreign_main === true || Number(l.foreign_main) === 1),
+    );
   }
 
   private owner(row: ShipmentRow): CodeOwner {
@@ -495,7 +506,9 @@ export class ShipmentService {
       });
       return c;
     } catch (e) {
-      if (e instanceof ApiError) centralMetrics.bookingRefusals.inc({ reason: e.code });
+      // an account check deferred into the booking's statement (booking.ts userChecks) is the
+      // caller's check, not a refusal of the booking (as when checkUser runs before createIn)
+      if (e instanceof ApiError && e.code !== 'InvalidUserUid') centralMetrics.bookingRefusals.inc({ reason: e.code });
       throw e;
     }
   }
@@ -576,6 +589,15 @@ export class ShipmentService {
       this.emit(trx, row, row.state_code, now, 1, batch.run), // a new shipment: its first event
       insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), chained ? ['PickUp'] : ['DropOff', 'PickUp'], now, batch.run),
     ];
+    // PostgreSQL: the point's code version travels in the same statement (one round trip less),
+    // when it is the first point the job touches (a plain booking's only one). Points the job
+    // touches later are raised at its end (ServiceTxRunner); should two jobs then hold two points'
+    // rows in opposite orders, PostgreSQL reports the deadlock and PgTxRunner runs the job again.
+    const bumped = jobBumped.get(trx);
+    if (this.ctx.db.engine === 'postgres' && bumped && bumped.size === 0 && (jobTouched.get(trx)?.size ?? 0) === 0) {
+      writes.push(batch.run(BUMP_1, [pupUid]));
+      bumped.add(pupUid);
+    }
     await Promise.all([...writes, batch.flush()]); // (every rejection observed)
     touchCodes(trx, pupUid);
     // a swap's / circular stock's drop-off codes are copies of the chained shipment's
@@ -598,7 +620,16 @@ export class ShipmentService {
    * whether the event comes from a terminal or from SimulateLockerAccess.
    */
   async applyLockerAccess(ev: LockerAccessEvent): Promise<LockerAccessResult> {
-    return this.tx.run(async (trx) => {
+    return this.tx.run((trx) => this.applyLockerAccessIn(trx, ev));
+  }
+
+  /**
+   * applyLockerAccess inside a job of this service's runner (`tx`) that is already running: the
+   * edge sync applies a batch of terminal events in one transaction (edge/ingest.ts). `trx` must be
+   * the transaction of a `tx.run` job, so the codes it touches are versioned and notified.
+   */
+  async applyLockerAccessIn(trx: Trx, ev: LockerAccessEvent): Promise<LockerAccessResult> {
+    {
       // now: when the change is recorded here (updated_at, updatedSince); when.at: the door time
       const now = this.nowDb();
       const when: When = { at: ev.at ? toDbTime(ev.at) : now, receivedAt: ev.receivedAt ? toDbTime(ev.receivedAt) : now };
@@ -645,7 +676,7 @@ export class ShipmentService {
       const late = await this.lateDropOff(trx, ev, locker, now, when);
       if (late) return late;
       throw new ApiError('InvalidShipmentState', `the code belongs to shipment ${wrongState?.uid ?? '?'} in state ${wrongState?.state_code ?? '?'}, which does not take this action now`);
-    });
+    }
   }
 
   /**

@@ -33,41 +33,52 @@ function pgSql(text: string): string {
   return t;
 }
 
-const stmtCaches = new WeakMap<BetterSqlite3.Database, Map<string, BetterSqlite3.Statement>>();
+interface CachedStatement {
+  st: BetterSqlite3.Statement;
+  /** st.reader, read once (a native getter: a call into the addon on every read) */
+  reader: boolean;
+}
 
-/** The cached prepared statement for this SQL text on this SQLite handle. */
-export function sqliteStatement(sqlite: BetterSqlite3.Database, text: string): BetterSqlite3.Statement {
+const stmtCaches = new WeakMap<BetterSqlite3.Database, Map<string, CachedStatement>>();
+
+function cached(sqlite: BetterSqlite3.Database, text: string): CachedStatement {
   let cache = stmtCaches.get(sqlite);
   if (!cache) {
     cache = new Map();
     stmtCaches.set(sqlite, cache);
   }
-  let st = cache.get(text);
-  if (!st) {
-    st = sqlite.prepare(text);
-    cache.set(text, st);
+  let c = cache.get(text);
+  if (!c) {
+    const st = sqlite.prepare(text);
+    c = { st, reader: st.reader };
+    cache.set(text, c);
   }
-  return st;
+  return c;
+}
+
+/** The cached prepared statement for this SQL text on this SQLite handle. */
+export function sqliteStatement(sqlite: BetterSqlite3.Database, text: string): BetterSqlite3.Statement {
+  return cached(sqlite, text).st;
 }
 
 const TIMES: Map<string, [number, number]> | undefined = process.env.LOCKER_SQL_TIMES ? ((globalThis as { __stmtTimes?: Map<string, [number, number]> }).__stmtTimes = new Map()) : undefined;
 
 export async function rawQuery<R>(trx: Trx, db: Db, text: string, params: readonly unknown[]): Promise<RawResult<R>> {
   if (db.engine === 'sqlite') {
-    const st = sqliteStatement(db.sqlite!, text);
+    const { st, reader } = cached(db.sqlite!, text);
     if (TIMES) {
       const t0 = performance.now();
-      const r = st.reader ? st.all(params) : st.run(params);
+      const r = reader ? st.all(params) : st.run(params);
       const e = TIMES.get(text) ?? [0, 0];
       e[0]++;
       e[1] += performance.now() - t0;
       TIMES.set(text, e);
-      return st.reader ? { rows: r as R[], numAffectedRows: (r as R[]).length } : { rows: [], numAffectedRows: (r as BetterSqlite3.RunResult).changes };
+      return reader ? { rows: r as R[], numAffectedRows: (r as R[]).length } : { rows: [], numAffectedRows: (r as BetterSqlite3.RunResult).changes };
     }
     // the parameters bound as one array (better-sqlite3 takes it as the anonymous parameters), not
     // spread into the call: a spread of the 29 shipment or 60 access-code values cost more than
     // some of the statements themselves
-    if (st.reader) {
+    if (reader) {
       const rows = st.all(params) as R[];
       return { rows, numAffectedRows: rows.length };
     }

@@ -6,7 +6,7 @@ import type { AppContext, TenantPrincipal } from '../../context';
 import { ApiError } from '../../errors';
 import { v1Post } from '../../http/route';
 import { shipmentService, type Details, type ShipmentRow } from '../../shipments/service';
-import type { BookRequest } from '../../shipments/booking';
+import type { BookRequest, UserCheck } from '../../shipments/booking';
 import type { Trx } from '../../shipments/tx';
 import * as S from './schemas';
 
@@ -71,8 +71,13 @@ export async function createRoutes(app: FastifyInstance, ctx: AppContext): Promi
           } else {
             from ??= tenant.mainAccountUid;
           }
-          if (b.FromUserUid) await svc.checkUser(trx, tenant, b.FromUserUid, 'FromUserUid');
-          if (b.ToUserUid) await svc.checkUser(trx, tenant, b.ToUserUid, 'ToUserUid');
+          const checks: UserCheck[] = [];
+          if (b.FromUserUid && b.FromUserUid !== tenant.mainAccountUid) checks.push({ uid: b.FromUserUid, field: 'FromUserUid' });
+          if (b.ToUserUid && b.ToUserUid !== tenant.mainAccountUid) checks.push({ uid: b.ToUserUid, field: 'ToUserUid' });
+          // PostgreSQL, a plain booking of any fitting size: the accounts are checked in the
+          // booking's first statement (booking.ts userChecks), in this order, before its outcome
+          const deferChecks = ctx.db.engine === 'postgres' && !swapped && b.AllowLargerLockers && !b.LockerUid && checks.length > 0;
+          if (!deferChecks) for (const ch of checks) await svc.checkUser(trx, tenant, ch.uid, ch.field);
           return svc.createIn(
             trx,
             tenant,
@@ -84,7 +89,7 @@ export async function createRoutes(app: FastifyInstance, ctx: AppContext): Promi
               receiverDelayed: !!b.IsReceiverDelayed,
               details: { referenceNo: b.ReferenceNo, referenceCaseNo: b.ReferenceCaseNo, description: b.Description },
               dimension: b.Dimension,
-              ...(swapped ? { waitOn: { row: swapped, kind: 'swap' as const }, swapsShipmentUid: swapped.uid } : { booking: booking(b) }),
+              ...(swapped ? { waitOn: { row: swapped, kind: 'swap' as const }, swapsShipmentUid: swapped.uid } : { booking: deferChecks ? { ...booking(b), userChecks: checks } : booking(b) }),
               origin: 'CreateLocalShipment',
             },
             now,

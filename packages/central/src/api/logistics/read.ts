@@ -45,7 +45,7 @@ export async function readRoutes(app: FastifyInstance, ctx: AppContext): Promise
             if (!d) throw new ApiError('InvalidRequest', 'updatedSince: not an ISO 8601 timestamp');
             since = toDbTime(d);
           }
-          const r = await listShipments(db, {
+          const r = await listShipments(ctx.db, {
             tenantUid: req.tenant.uid,
             typeCode,
             active: b.activeShipments ?? null,
@@ -58,7 +58,7 @@ export async function readRoutes(app: FastifyInstance, ctx: AppContext): Promise
             sortBy: b.sortBy ?? 'CreatedDesc',
             pageNo: b.pageNo,
             pageSize: b.pageSize,
-          }, ctx.db.sqlite);
+          });
           return { items: r.items as z.input<typeof S.ShipmentItem>[], ...pageInfo(b.pageNo, b.pageSize, r.totalItems) };
         },
       },
