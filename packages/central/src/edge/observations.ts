@@ -10,7 +10,7 @@
 //    records the open ones (lock_disagreements) and logs each once when it appears (warn) and when
 //    it is gone (info). The metrics endpoint (ops/metrics.ts) serves them as a gauge; the CLI
 //    (`locker-central disagreements`) lists them per pick up point.
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import type { AppContext, Worker } from '../context';
 import type { Database } from '../db/schema';
 import type { LockObservationsTable } from '../db/schema-edge';
@@ -197,48 +197,60 @@ function toRow(o: LockObservation, now: string): ObsRow {
   };
 }
 
+/**
+ * Runs one portable SQL statement (`?` placeholders): inside the edge sync's batch transaction the
+ * statements run as cached prepared statements (shipments/sqlq.ts rawQuery); recordObservation()
+ * runs them through Kysely.
+ */
+export type ObsExec = <R>(text: string, params: readonly unknown[]) => Promise<{ rows: R[]; numAffectedRows: number }>;
+
+const OBS_COLS = ['locker_uid', 'pup_uid', 'terminal_id', 'journal_id', 'seq', 'event_id', 'at', 'received_at', 'door', 'door_at', 'item', 'item_at', 'left_open_at', 'jammed_at', 'board_offline_at', 'updated_at'] as const;
+const OBS_INSERT = `INSERT INTO lock_observations (${OBS_COLS.join(', ')}) VALUES (${OBS_COLS.map(() => '?').join(', ')}) ON CONFLICT (locker_uid) DO NOTHING`;
+const OBS_UPDATE = `UPDATE lock_observations SET ${OBS_COLS.slice(1).map((c) => `${c} = ?`).join(', ')} WHERE locker_uid = ? AND terminal_id = ? AND seq = ? AND event_id = ?`;
+
+/** A Kysely database (or transaction) as an ObsExec: the statement text with its values bound by Kysely. */
+function kyselyExec(db: Kysely<Database>): ObsExec {
+  return async <R>(text: string, params: readonly unknown[]) => {
+    const parts = text.split('?');
+    const strings = Object.assign([...parts], { raw: [...parts] }) as unknown as TemplateStringsArray;
+    const r = await sql<R>(strings, ...params).execute(db);
+    return { rows: r.rows, numAffectedRows: Number(r.numAffectedRows ?? r.rows.length) };
+  };
+}
+
 /** The lockers an event is about: by its lockerUid (of the terminal's pick up point), else by bus/board/lock there. */
-async function lockersOf(db: Kysely<Database>, pupUid: string, type: string, f: Record<string, unknown>): Promise<string[]> {
+async function lockersOf(exec: ObsExec, pupUid: string, type: string, f: Record<string, unknown>): Promise<string[]> {
   const bus = typeof f.bus === 'string' ? f.bus : null;
   const board = typeof f.board === 'number' ? f.board : null;
   if (BOARD_TYPES.has(type)) {
     if (bus === null || board === null) return [];
-    const rows = await db.selectFrom('lockers').select('uid').where('pup_uid', '=', pupUid).where('bus', '=', bus).where('board_address', '=', board).execute();
-    return rows.map((r) => r.uid);
+    const rows = await exec<{ uid: string }>('SELECT uid FROM lockers WHERE pup_uid = ? AND bus = ? AND board_address = ?', [pupUid, bus, board]);
+    return rows.rows.map((r) => r.uid);
   }
   if (typeof f.lockerUid === 'string') {
-    const r = await db.selectFrom('lockers').select('uid').where('uid', '=', f.lockerUid).where('pup_uid', '=', pupUid).executeTakeFirst();
-    if (r) return [r.uid];
+    const r = await exec<{ uid: string }>('SELECT uid FROM lockers WHERE uid = ? AND pup_uid = ?', [f.lockerUid, pupUid]);
+    if (r.rows[0]) return [r.rows[0].uid];
   }
   const lock = typeof f.lock === 'number' ? f.lock : null;
   if (bus === null || board === null || lock === null) return [];
-  const r = await db.selectFrom('lockers').select('uid').where('pup_uid', '=', pupUid).where('bus', '=', bus).where('board_address', '=', board).where('lock_number', '=', lock).executeTakeFirst();
-  return r ? [r.uid] : [];
+  const r = await exec<{ uid: string }>('SELECT uid FROM lockers WHERE pup_uid = ? AND bus = ? AND board_address = ? AND lock_number = ?', [pupUid, bus, board, lock]);
+  return r.rows[0] ? [r.rows[0].uid] : [];
 }
 
 /** Applies the event to one locker's row: a compare-and-set on the row read, so concurrent writers (several central instances) never go backwards. */
-async function applyToLocker(db: Kysely<Database>, lockerUid: string, pupUid: string, ev: ObservedEvent, now: string): Promise<void> {
+async function applyToLocker(exec: ObsExec, lockerUid: string, pupUid: string, ev: ObservedEvent, now: string): Promise<void> {
   for (let attempt = 0; attempt < 10; attempt++) {
-    const cur = await db.selectFrom('lock_observations').selectAll().where('locker_uid', '=', lockerUid).executeTakeFirst();
+    const cur = (await exec<ObsRow>('SELECT * FROM lock_observations WHERE locker_uid = ?', [lockerUid])).rows[0];
     const prev = cur ? fromRow(cur) : null;
     const next = observe(prev, ev, { lockerUid, pupUid });
     if (!next) return;
     const row = toRow(next, now);
+    const values = OBS_COLS.map((c) => row[c] ?? null);
     if (!cur) {
-      const r = await db.insertInto('lock_observations').values(row).onConflict((oc) => oc.column('locker_uid').doNothing()).executeTakeFirst();
-      if (Number(r.numInsertedOrUpdatedRows ?? 0) === 1) return;
+      if ((await exec(OBS_INSERT, values)).numAffectedRows === 1) return;
       continue;
     }
-    const { locker_uid: _key, ...set } = row;
-    const r = await db
-      .updateTable('lock_observations')
-      .set(set)
-      .where('locker_uid', '=', lockerUid)
-      .where('terminal_id', '=', cur.terminal_id)
-      .where('seq', '=', cur.seq)
-      .where('event_id', '=', cur.event_id)
-      .executeTakeFirst();
-    if (Number(r.numUpdatedRows) === 1) return;
+    if ((await exec(OBS_UPDATE, [...values.slice(1), lockerUid, cur.terminal_id, cur.seq, cur.event_id])).numAffectedRows === 1) return;
   }
   throw new Error(`lock observation of ${lockerUid} kept changing`);
 }
@@ -256,31 +268,41 @@ export interface StoredEventRow {
 }
 
 /**
- * Records what a terminal event says about its lock(s). Called by the edge sync for every event
- * that is not a drop-off or pick-up, before it is marked processed. True when done (recorded, or
- * nothing to record: another type, a lock no locker sits at); false after a failure (logged): the
- * event then stays unprocessed and the edge sync's retry brings it back.
+ * Records what a terminal event says about its lock(s), with the statements run by `exec` (the
+ * edge sync's batch transaction). Throws on a failure (the caller rolls the event back and leaves
+ * it unprocessed); resolves when recorded, or when there is nothing to record (another type, an
+ * unreadable payload, a lock no locker sits at).
+ */
+export async function recordObservationWith(exec: ObsExec, log: Logger, terminalId: string, pupUid: string, row: StoredEventRow): Promise<void> {
+  if (!OBSERVED_TYPES.has(row.type)) return;
+  let fields: Record<string, unknown>;
+  try {
+    const parsed = JSON.parse(row.payload) as unknown;
+    fields = parsed && typeof parsed === 'object' ? (parsed as Record<string, unknown>) : {};
+  } catch {
+    return;
+  }
+  const lockers = await lockersOf(exec, pupUid, row.type, fields);
+  if (!lockers.length) {
+    log.debug({ terminal: terminalId, seq: Number(row.seq), type: row.type }, 'event names no provisioned locker; no observation');
+    return;
+  }
+  const ev: ObservedEvent = { terminalId, journalId: row.journal_id ?? null, seq: Number(row.seq), eventId: row.event_id, type: row.type, at: row.at, receivedAt: row.received_at, fields };
+  const now = new Date().toISOString();
+  for (const l of lockers) await applyToLocker(exec, l, pupUid, ev, now);
+}
+
+/**
+ * Records what a terminal event says about its lock(s) (recordObservationWith, through Kysely).
+ * True when done (recorded, or nothing to record: another type, a lock no locker sits at); false
+ * after a failure (logged): the event then stays unprocessed and the edge sync's retry brings it back.
  */
 export async function recordObservation(db: Kysely<Database>, log: Logger, terminalId: string, row: StoredEventRow): Promise<boolean> {
   if (!OBSERVED_TYPES.has(row.type)) return true;
   try {
-    let fields: Record<string, unknown>;
-    try {
-      const parsed = JSON.parse(row.payload) as unknown;
-      fields = parsed && typeof parsed === 'object' ? (parsed as Record<string, unknown>) : {};
-    } catch {
-      return true;
-    }
     const t = await db.selectFrom('terminals').select('pup_uid').where('id', '=', terminalId).executeTakeFirst();
     if (!t) return true;
-    const lockers = await lockersOf(db, t.pup_uid, row.type, fields);
-    if (!lockers.length) {
-      log.debug({ terminal: terminalId, seq: Number(row.seq), type: row.type }, 'event names no provisioned locker; no observation');
-      return true;
-    }
-    const ev: ObservedEvent = { terminalId, journalId: row.journal_id ?? null, seq: Number(row.seq), eventId: row.event_id, type: row.type, at: row.at, receivedAt: row.received_at, fields };
-    const now = new Date().toISOString();
-    for (const l of lockers) await applyToLocker(db, l, t.pup_uid, ev, now);
+    await recordObservationWith(kyselyExec(db), log, terminalId, t.pup_uid, row);
     return true;
   } catch (err) {
     log.error({ terminal: terminalId, seq: Number(row.seq), type: row.type, err: (err as Error).message }, 'recording a lock observation failed; will retry');

@@ -13,16 +13,15 @@
 // triggers as codes: a shipment transition touches the codes), and after a status that shows the
 // terminal holds another list.
 //
-// Events: each is stored in edge_events (deduplicated by eventId) before the broker acknowledges
-// it to the terminal; dropOff / pickUp events then run the shipment transition (the same code as
-// SimulateLockerAccess) with cause "door". An event whose processing failed for a transient reason
-// stays unprocessed and is retried.
-import type { ExpressionBuilder, Kysely } from 'kysely';
+// Events: stored in edge_events (deduplicated by eventId) before the broker acknowledges them to
+// the terminal, then applied in each terminal journal's seq order; both in batches of whatever
+// arrived meanwhile, one transaction each (edge/ingest.ts). dropOff / pickUp events run the shipment
+// transition (the same code as SimulateLockerAccess) with cause "door". An event whose processing
+// failed for a transient reason stays unprocessed and is retried.
+import type { Kysely } from 'kysely';
 import {
-  AccessDoneFields,
   EventMessage,
   StatusMessage,
-  type EventAck,
   SyncRequest,
   edgeTopics,
   parseEdgeTopic,
@@ -35,18 +34,49 @@ import type { AppContext, Worker } from '../context';
 import type { Database } from '../db/schema';
 import type { MessageBus } from '../mqtt/bus';
 import type { Logger } from '../logger';
-import { ApiError } from '../errors';
 import { newUid, toDbTime } from '../ids';
-import { handleDoorEvent } from '../shipments/service';
 import { currentCodes, diffCodes, entryDigest } from './codes';
 import { currentLockers, lockersDigest } from './lockers';
 import { onCodesChanged } from './notify';
-import { recordObservation } from './observations';
-import { doorTime, onlineStatusColumns } from './clock';
+import { EventIngest } from './ingest';
+import { onlineStatusColumns } from './clock';
 import { centralMetrics } from '../ops/metrics';
+import { shipmentService } from '../shipments/service';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const CHUNK = 300;
+/**
+ * How long a push (snapshot, delta, locker list) counts as on its way to the terminal: a status or
+ * sync request that names a version the push brings the terminal past was sent before the
+ * terminal took the push in, and is not answered with another snapshot (snapshot ping-pong, see
+ * onStatus). After this long without a status that shows the push held, it counts as lost.
+ */
+export const PUSH_IN_FLIGHT_MS = 15_000;
+/** how long the terminal -> pick up point mapping is cached (a terminal moved by provisioning: at most this late) */
+const PUP_CACHE_MS = 30_000;
+
+/** A push this instance made: the epoch, the version it brings the terminal to, the base (null: a full snapshot). */
+interface RecentPush {
+  epoch: string;
+  base: number | null;
+  version: number;
+  atMs: number;
+}
+
+/**
+ * True when a push in `recent` (made within PUSH_IN_FLIGHT_MS of `nowMs`) brings a terminal that
+ * holds `held` to a later version: a snapshot, when the terminal holds another epoch or an older
+ * version; a delta, when the terminal holds exactly its base (the deltas after it chain on).
+ */
+export function pushOnTheWay(recent: readonly RecentPush[] | undefined, held: { epoch: string | null; version: number } | null, nowMs: number): boolean {
+  if (!recent) return false;
+  for (const p of recent) {
+    if (nowMs - p.atMs >= PUSH_IN_FLIGHT_MS) continue;
+    if (p.base === null) {
+      if (!held || held.epoch !== p.epoch || held.version < p.version) return true;
+    } else if (held && held.epoch === p.epoch && held.version === p.base) return true;
+  }
+  return false;
+}
 
 export { notifyCodesChanged } from './notify';
 
@@ -67,16 +97,24 @@ export class EdgeSync implements Worker {
   private readonly pendingPups = new Set<string>();
   /** terminal event messages this instance took in (with a shared subscription, its share) */
   eventsReceived = 0;
-  /** when each terminal was last asked to resend from a gap (ms) */
-  private readonly resendAsked = new Map<string, number>();
+  /** terminal events: stored, applied and acknowledged in batches (edge/ingest.ts) */
+  readonly ingest: EventIngest;
   /** events being stored right now (their PUBACK waits); stop() waits for them */
   private readonly storing = new Set<Promise<void>>();
+  /** code and locker-list pushes of the last PUSH_IN_FLIGHT_MS per terminal (the snapshot ping-pong guard) */
+  private readonly recentCodes = new Map<string, RecentPush[]>();
+  private readonly recentLockers = new Map<string, RecentPush[]>();
+  /** terminal id -> pick up point (null: not provisioned), cached for PUP_CACHE_MS */
+  private readonly pupCache = new Map<string, { pup: string | null; atMs: number }>();
+  /** statuses and sync requests not answered with a snapshot because one was on its way */
+  snapshotsAvoided = 0;
 
   constructor(
     private readonly ctx: AppContext,
     private readonly bus: MessageBus,
   ) {
     this.log = ctx.log.child({ ns: 'central.edge' });
+    this.ingest = new EventIngest({ ctx, bus, log: this.log, running: () => this.running });
   }
 
   private get db(): Kysely<Database> {
@@ -94,8 +132,10 @@ export class EdgeSync implements Worker {
     if (!this.subscribed) {
       // a bus has no unsubscribe: after stop() the handlers stay, and route() refuses events
       this.subscribed = true;
-      await this.bus.subscribe(edgeTopics.allUp('status'), (t, p) => this.route(t, p, (id) => this.onStatus(id, p)));
-      await this.bus.subscribe(edgeTopics.allUp('sync'), (t, p) => this.route(t, p, (id) => this.onSync(id, p)));
+      // statuses and sync requests are shared too (mqtt.sharedGroup): one instance answers each. The
+      // retained statuses are taken once at start (a shared subscription gets none): `retained`
+      await this.bus.subscribe(edgeTopics.allUp('status'), (t, p) => this.route(t, p, (id) => this.onStatus(id, p)), { shared: true, retained: true });
+      await this.bus.subscribe(edgeTopics.allUp('sync'), (t, p) => this.route(t, p, (id) => this.onSync(id, p)), { shared: true });
       // embedded broker: an event is stored before the terminal gets its PUBACK
       await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.trackStoring(this.onEvent(id, p))), { beforeAck: true, shared: true });
     }
@@ -112,6 +152,7 @@ export class EdgeSync implements Worker {
     this.wakePoll?.();
     await this.pollLoop;
     await Promise.allSettled([...this.storing]);
+    await this.ingest.idle();
     await Promise.allSettled([...this.chains.values()]);
   }
 
@@ -152,8 +193,38 @@ export class EdgeSync implements Worker {
   // ------------------------------------------------------------------ terminals
 
   private async terminalPup(terminalId: string): Promise<string | null> {
+    const nowMs = Date.now();
+    const c = this.pupCache.get(terminalId);
+    if (c && nowMs - c.atMs < PUP_CACHE_MS) return c.pup;
     const r = await this.db.selectFrom('terminals').select('pup_uid').where('id', '=', terminalId).executeTakeFirst();
-    return r?.pup_uid ?? null;
+    const pup = r?.pup_uid ?? null;
+    if (this.pupCache.size > 200_000) this.pupCache.clear();
+    this.pupCache.set(terminalId, { pup, atMs: nowMs });
+    return pup;
+  }
+
+  private notePush(map: Map<string, RecentPush[]>, terminalId: string, p: Omit<RecentPush, 'atMs'>): void {
+    const nowMs = Date.now();
+    const list = (map.get(terminalId) ?? []).filter((x) => nowMs - x.atMs < PUSH_IN_FLIGHT_MS);
+    list.push({ ...p, atMs: nowMs });
+    if (list.length > 16) list.splice(0, list.length - 16);
+    map.set(terminalId, list);
+  }
+
+  /** A status shows `held`: the pushes up to that version reached the terminal; older statuses are answered again. */
+  private confirmed(map: Map<string, RecentPush[]>, terminalId: string, held: { epoch: string | null; version: number }): void {
+    const list = map.get(terminalId);
+    if (!list) return;
+    const left = list.filter((p) => !(p.epoch === held.epoch && p.version <= held.version));
+    if (left.length) map.set(terminalId, left);
+    else map.delete(terminalId);
+  }
+
+  private sweepRecent(): void {
+    const nowMs = Date.now();
+    for (const map of [this.recentCodes, this.recentLockers]) {
+      for (const [id, list] of map) if (!list.some((x) => nowMs - x.atMs < PUSH_IN_FLIGHT_MS)) map.delete(id);
+    }
   }
 
   private async ensureTerminal(terminalId: string) {
@@ -167,13 +238,34 @@ export class EdgeSync implements Worker {
     return this.db.selectFrom('edge_terminals').selectAll().where('terminal_id', '=', terminalId).executeTakeFirstOrThrow();
   }
 
-  private async onStatus(terminalId: string, payload: Buffer): Promise<void> {
-    if (payload.length === 0) return; // a cleared retained status
+  /**
+   * A small write outside a batch: on SQLite a job of the shipment service's group-commit runner,
+   * so the writes of a connect wave (thousands of statuses and snapshot claims arriving together)
+   * share one transaction and one fsync instead of one each; on PostgreSQL as it is (autocommit).
+   */
+  private write<T>(fn: (db: Kysely<Database>) => Promise<T>): Promise<T> {
+    if (this.ctx.db.engine === 'sqlite') return shipmentService(this.ctx).tx.run((trx) => fn(trx));
+    return fn(this.db);
+  }
+
+  /** A transaction: on SQLite in the group-commit runner (write()), on PostgreSQL its own. */
+  private inTransaction<T>(fn: (db: Kysely<Database>) => Promise<T>): Promise<T> {
+    if (this.ctx.db.engine === 'sqlite') return shipmentService(this.ctx).tx.run((trx) => fn(trx));
+    return this.db.transaction().execute((trx) => fn(trx));
+  }
+
+  private onStatus(terminalId: string, payload: Buffer): Promise<void> {
+    if (payload.length === 0) return Promise.resolve(); // a cleared retained status
     const msg = parseMessage(StatusMessage, payload);
     if (!msg || msg.terminalId !== terminalId) {
       this.log.warn({ terminal: terminalId, bytes: payload.length }, 'malformed status dropped');
-      return;
+      return Promise.resolve();
     }
+    // one terminal's statuses are recorded in the order they came (messages are handled concurrently)
+    return this.serial(terminalId, () => this.recordStatus(terminalId, msg));
+  }
+
+  private async recordStatus(terminalId: string, msg: StatusMessage): Promise<void> {
     if (!(await this.terminalPup(terminalId))) {
       this.log.warn({ terminal: terminalId }, 'status from a terminal that is not provisioned');
       return;
@@ -183,19 +275,33 @@ export class EdgeSync implements Worker {
     // the terminal's clock (edge/clock.ts): offset = receive time - status.at, flagged beyond
     // edge.maxClockSkewSeconds; and the expiry proof (everything journalled by then has arrived)
     const clock = msg.state === 'online' ? onlineStatusColumns(before, msg, this.ctx.clock.now(), this.ctx.config.edge.maxClockSkewSeconds) : null;
-    await this.db
-      .updateTable('edge_terminals')
-      .set({ online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb(), ...(clock?.columns ?? {}) })
-      .where('terminal_id', '=', terminalId)
-      .execute();
+    await this.write((db) =>
+      db
+        .updateTable('edge_terminals')
+        .set({ online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb(), ...(clock?.columns ?? {}) })
+        .where('terminal_id', '=', terminalId)
+        .execute(),
+    );
     if (clock?.measurement.skewed) this.log.warn({ terminal: terminalId, clockOffsetMs: clock.measurement.offsetMs, maxClockSkewSeconds: this.ctx.config.edge.maxClockSkewSeconds, errorCode: 'CLOCK_SKEW' }, 'terminal clock is off: its event times are corrected by the measured offset');
     this.log.info({ terminal: terminalId, state: msg.state, ...(msg.state === 'online' ? { version: msg.codes.version, unsent: msg.journal.unsent } : { reason: msg.reason }) }, 'terminal status');
     if (msg.state !== 'online') return;
     const held = msg.codes;
+    // what the status shows held has arrived: those pushes are no longer on their way
+    this.confirmed(this.recentCodes, terminalId, held);
+    if (msg.lockers) this.confirmed(this.recentLockers, terminalId, msg.lockers);
     void this.serial(terminalId, async () => {
       const row = await this.ensureTerminal(terminalId);
-      if (held.epoch !== row.epoch || held.version !== row.codes_version) await this.sendSnapshot(terminalId);
-      else await this.pushChanges(terminalId);
+      // Snapshot ping-pong: a status is sent when the terminal took a push in, so one that names an
+      // older version than a push made since (snapshot or delta) was in flight while that push was:
+      // the push brings the terminal up to date and its next status shows it. Answering it with
+      // another snapshot would raise the version again and make the next status in flight look
+      // old too, without end. Only when no push is on its way is a differing version answered.
+      if (held.epoch !== row.epoch || held.version !== row.codes_version) {
+        if (pushOnTheWay(this.recentCodes.get(terminalId), held, Date.now())) {
+          this.snapshotsAvoided++;
+          await this.pushChanges(terminalId);
+        } else await this.sendSnapshot(terminalId);
+      } else await this.pushChanges(terminalId);
       // the locker list: again when the terminal holds another one than the last pushed
       await this.pushLockers(terminalId, msg.lockers ?? null);
     }).catch((err) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'code sync after status failed'));
@@ -208,14 +314,21 @@ export class EdgeSync implements Worker {
       return;
     }
     this.log.info({ terminal: terminalId, reason: msg.reason }, 'terminal asks for a code snapshot');
-    void this.serial(terminalId, () => this.sendSnapshot(terminalId)).catch((err) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'snapshot failed'));
+    void this.serial(terminalId, async () => {
+      // a snapshot on its way answers it already (not a manual request: that one always gets one)
+      if (msg.reason !== 'manual' && pushOnTheWay(this.recentCodes.get(terminalId)?.filter((p) => p.base === null), msg.have, Date.now())) {
+        this.snapshotsAvoided++;
+        return;
+      }
+      await this.sendSnapshot(terminalId);
+    }).catch((err) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'snapshot failed'));
   }
 
   // ------------------------------------------------------------------ codes
 
   /** Claims the next version (compare-and-set) and records the pushed set in one transaction. */
   private async claim(terminalId: string, fromVersion: number, apply: (trx: Kysely<Database>) => Promise<void>): Promise<number | null> {
-    return this.db.transaction().execute(async (trx) => {
+    return this.inTransaction(async (trx) => {
       const r = await trx
         .updateTable('edge_terminals')
         .set({ codes_version: fromVersion + 1, updated_at: this.nowDb() })
@@ -251,6 +364,7 @@ export class EdgeSync implements Worker {
       });
       if (version === null) continue; // another instance pushed meanwhile: take its version
       const msg: CodesSnapshot = { v: 1, type: 'snapshot', epoch: row.epoch, version, at: this.ctx.clock.now().toISOString(), codes };
+      this.notePush(this.recentCodes, terminalId, { epoch: row.epoch, base: null, version });
       await this.bus.publish(edgeTopics.down(terminalId, 'codes'), JSON.stringify(msg), { qos: 1 });
       centralMetrics.codePushDuration.observe({ kind: 'snapshot' }, (performance.now() - started) / 1000);
       this.log.info({ terminal: terminalId, version, count: codes.length }, 'code snapshot pushed');
@@ -278,6 +392,7 @@ export class EdgeSync implements Worker {
       });
       if (version === null) continue;
       const msg: CodesDelta = { v: 1, type: 'delta', epoch: row.epoch, baseVersion: row.codes_version, version, at: this.ctx.clock.now().toISOString(), upserts: diff.upserts, revoke: diff.revoke };
+      this.notePush(this.recentCodes, terminalId, { epoch: row.epoch, base: row.codes_version, version });
       await this.bus.publish(edgeTopics.down(terminalId, 'codes'), JSON.stringify(msg), { qos: 1 });
       centralMetrics.codePushDuration.observe({ kind: 'delta' }, (performance.now() - changedAt) / 1000);
       this.log.info({ terminal: terminalId, version, upserts: diff.upserts.length, revoked: diff.revoke.length }, 'code update pushed');
@@ -310,6 +425,9 @@ export class EdgeSync implements Worker {
         if (Number(r.numUpdatedRows) !== 1) continue; // another instance pushed meanwhile
         version += 1;
       } else if (!held || (held.epoch === row.epoch && held.version === version)) return;
+      // the same list already on its way (a status sent before the terminal took it in): not again
+      else if (pushOnTheWay(this.recentLockers.get(terminalId), held, Date.now())) return;
+      this.notePush(this.recentLockers, terminalId, { epoch: row.epoch, base: null, version });
       const msg: LockersMessage = { v: 1, epoch: row.epoch, version, at: this.ctx.clock.now().toISOString(), lockers };
       await this.bus.publish(edgeTopics.down(terminalId, 'lockers'), JSON.stringify(msg), { qos: 1 });
       this.log.info({ terminal: terminalId, version, count: lockers.length }, 'locker list pushed');
@@ -369,6 +487,7 @@ export class EdgeSync implements Worker {
   }
 
   private async tick(): Promise<void> {
+    this.sweepRecent();
     const markers = await this.readMarkers();
     const changed = [...markers.entries()].filter(([pup, mk]) => this.markers.get(pup) !== mk).map(([pup]) => pup);
     for (const pup of this.markers.keys()) if (!markers.has(pup)) changed.push(pup);
@@ -416,226 +535,24 @@ export class EdgeSync implements Worker {
 
   // ------------------------------------------------------------------ events
 
-  private async onEvent(terminalId: string, payload: Buffer): Promise<void> {
+  private onEvent(terminalId: string, payload: Buffer): Promise<void> {
     this.eventsReceived++;
     const ev = parseMessage(EventMessage, payload);
     if (!ev || ev.terminalId !== terminalId) {
       this.log.warn({ terminal: terminalId, bytes: payload.length }, 'malformed event dropped');
-      return;
+      return Promise.resolve();
     }
-    if (!(await this.terminalPup(terminalId))) {
-      this.log.warn({ terminal: terminalId }, 'event from a terminal that is not provisioned dropped');
-      return;
-    }
-    // stored before the broker acknowledges it (beforeAck: the PUBACK waits for this promise);
-    // a failing store is retried rather than acknowledged
-    let fresh = false;
-    for (let delay = 100; ; delay = Math.min(delay * 2, 5000)) {
-      try {
-        fresh = await this.storeEvent(terminalId, ev, payload);
-        break;
-      } catch (err) {
-        if (!this.running) throw err;
-        this.log.error({ err: (err as Error).message, terminal: terminalId, seq: ev.seq }, 'storing a terminal event failed; retrying');
-        await sleep(delay);
-      }
-    }
-    centralMetrics.edgeEvents.inc({ type: ev.type, outcome: fresh ? 'stored' : 'duplicate' });
-    if (!fresh) this.log.debug({ terminal: terminalId, seq: ev.seq }, 'repeated event ignored');
-    // applied in the journal's seq order: this one and what it unblocks, or held for a gap before it;
-    // then the terminal learns how far its journal is committed (down/eventAcks). Not awaited here:
-    // the broker's PUBACK means "stored"; an MQTT client takes no further packet (not even the
-    // PUBACK of our own acknowledgement) until this handler returns, so waiting would deadlock
-    void this.trackStoring(
-      this.serial(terminalId, () => this.advance(terminalId, ev.journalId ?? null)).catch((err) =>
-        this.log.error({ err: (err as Error).message, terminal: terminalId }, 'applying terminal events failed; retried'),
-      ),
-    );
-  }
-
-  private async storeEvent(terminalId: string, ev: EventMessage, payload: Buffer): Promise<boolean> {
-    await this.ensureTerminal(terminalId);
-    return this.db.transaction().execute(async (trx) => {
-      const journalId = ev.journalId ?? null;
-      const r = await trx
-        .insertInto('edge_events')
-        .values({ event_id: ev.eventId, terminal_id: terminalId, journal_id: journalId, seq: ev.seq, type: ev.type, at: ev.at, received_at: this.nowDb(), payload: payload.toString('utf8'), processed: 0, outcome: null, attempts: 0 })
-        .onConflict((oc) => oc.column('event_id').doNothing())
-        .executeTakeFirst();
-      if (Number(r.numInsertedOrUpdatedRows ?? 0) !== 1) return false;
-      const t = await trx.selectFrom('edge_terminals').select(['last_seq', 'journal_id']).where('terminal_id', '=', terminalId).executeTakeFirstOrThrow();
-      // the first journal id a terminal shows names the journal whose seq applied_seq already counts
-      // (an agent updated in place keeps its store); last_seq is the highest seq seen, for status
-      const patch: { last_seq?: number; journal_id?: string } = {};
-      if (t.journal_id == null && journalId) patch.journal_id = journalId;
-      if (ev.seq > Number(t.last_seq)) patch.last_seq = ev.seq;
-      if (ev.seq !== Number(t.last_seq) + 1) this.log.info({ terminal: terminalId, seq: ev.seq, lastSeq: Number(t.last_seq) }, 'event out of sequence (held until the gap is filled, or a repeat)');
-      if (Object.keys(patch).length) await trx.updateTable('edge_terminals').set(patch).where('terminal_id', '=', terminalId).execute();
-      return true;
-    });
-  }
-
-  /** Marks an event processed with its outcome, unless another instance did already. */
-  private async finish(eventId: string, outcome: string): Promise<boolean> {
-    const r = await this.db.updateTable('edge_events').set({ processed: 1, outcome }).where('event_id', '=', eventId).where('processed', '=', 0).executeTakeFirst();
-    return Number(r.numUpdatedRows) === 1;
-  }
-
-  private async finishTrue(eventId: string, outcome: string): Promise<true> {
-    await this.finish(eventId, outcome);
-    return true;
-  }
-
-  private journalIs(journal: string | null) {
-    return (eb: ExpressionBuilder<Database, 'edge_events'>) => (journal === null ? eb('journal_id', 'is', null) : eb('journal_id', '=', journal));
-  }
-
-  /**
-   * Applies a terminal's stored events in seq order from its applied_seq on, as far as they are
-   * contiguous; then acknowledges (down/eventAcks). A missing seq holds the later ones (they stay
-   * stored, unprocessed: bounded by the database, not memory); after edge.gapResendSeconds the
-   * terminal is asked to send again from the gap, after edge.gapGiveUpSeconds the gap is skipped
-   * (an error in the log). Several instances may run this for the same terminal: applied_seq moves
-   * by compare-and-set and each door event is claimed in the transaction that applies it, so every
-   * event is applied once, in order.
-   */
-  private async advance(terminalId: string, arrivedJournal: string | null = null): Promise<void> {
-    let resendFrom: number | undefined;
-    for (let guard = 0; guard < 100_000 && this.running; guard++) {
-      const t = await this.db.selectFrom('edge_terminals').select(['applied_seq', 'journal_id', 'gap_since']).where('terminal_id', '=', terminalId).executeTakeFirst();
-      if (!t) return;
-      const applied = Number(t.applied_seq ?? 0);
-      const journal = t.journal_id ?? null;
-      // events outside the current journal: legacy ones (no journal id, from agents older than
-      // ordered delivery) are applied as they come; a new journal (a new store, counting from 1
-      // again) takes over at its seq 1, once what the old one still holds is applied
-      if (journal !== null) {
-        const stray = await this.db
-          .selectFrom('edge_events')
-          .select(['event_id', 'journal_id'])
-          .where('terminal_id', '=', terminalId)
-          .where('processed', '=', 0)
-          .where((eb) => eb.or([eb('journal_id', 'is', null), eb.and([eb('journal_id', '!=', journal), eb('seq', '=', 1)])]))
-          .orderBy('seq')
-          .limit(1)
-          .executeTakeFirst();
-        if (stray && stray.journal_id === null) {
-          if (!(await this.processEvent(terminalId, stray.event_id))) break;
-          continue;
-        }
-        if (stray) {
-          const held = await this.db.selectFrom('edge_events').select('event_id').where('terminal_id', '=', terminalId).where(this.journalIs(journal)).where('processed', '=', 0).orderBy('seq').execute();
-          let ok = true;
-          for (const h of held) if (!(ok = await this.processEvent(terminalId, h.event_id))) break;
-          if (!ok) break;
-          this.log.warn({ terminal: terminalId }, 'the terminal started a new journal (a new store): its seq counts from 1 again');
-          await this.db.updateTable('edge_terminals').set({ journal_id: stray.journal_id, applied_seq: 0, gap_since: null }).where('terminal_id', '=', terminalId).where('applied_seq', '=', applied).execute();
-          continue;
-        }
-      }
-      const next = await this.db.selectFrom('edge_events').select(['event_id', 'processed']).where('terminal_id', '=', terminalId).where(this.journalIs(journal)).where('seq', '=', applied + 1).executeTakeFirst();
-      if (next) {
-        if (!next.processed && !(await this.processEvent(terminalId, next.event_id))) break;
-        await this.db.updateTable('edge_terminals').set({ applied_seq: applied + 1, gap_since: null }).where('terminal_id', '=', terminalId).where('applied_seq', '=', applied).execute();
-        continue;
-      }
-      // nothing at applied + 1: a gap when a later event waits
-      const later = await this.db
-        .selectFrom('edge_events')
-        .select('seq')
-        .where('terminal_id', '=', terminalId)
-        .where(this.journalIs(journal))
-        .where('seq', '>', applied + 1)
-        .where('processed', '=', 0)
-        .orderBy('seq')
-        .limit(1)
-        .executeTakeFirst();
-      if (!later) break;
-      const nowMs = this.ctx.clock.now().getTime();
-      if (!t.gap_since) {
-        await this.db.updateTable('edge_terminals').set({ gap_since: this.nowDb() }).where('terminal_id', '=', terminalId).execute();
-        this.log.info({ terminal: terminalId, missing: applied + 1, held: Number(later.seq) }, 'event gap: later events held until it is filled');
-        break;
-      }
-      const waitedMs = nowMs - Date.parse(t.gap_since);
-      if (waitedMs >= this.ctx.config.edge.gapGiveUpSeconds * 1000) {
-        this.log.error({ terminal: terminalId, missing: [applied + 1, Number(later.seq) - 1], waitedMs, errorCode: 'EVENT_GAP_SKIPPED' }, 'event gap given up on: the missing events never came; the held ones are applied');
-        await this.db.updateTable('edge_terminals').set({ applied_seq: Number(later.seq) - 1, gap_since: null }).where('terminal_id', '=', terminalId).where('applied_seq', '=', applied).execute();
-        continue;
-      }
-      if (waitedMs >= this.ctx.config.edge.gapResendSeconds * 1000) {
-        const last = this.resendAsked.get(terminalId) ?? 0;
-        if (nowMs - last >= this.ctx.config.edge.gapResendSeconds * 1000) {
-          this.resendAsked.set(terminalId, nowMs);
-          resendFrom = applied + 1;
-          this.log.warn({ terminal: terminalId, from: resendFrom, waitedMs }, 'event gap: asking the terminal to send again');
-        }
-      }
-      break;
-    }
-    await this.acknowledge(terminalId, arrivedJournal, resendFrom);
-  }
-
-  /** down/eventAcks: every event of the current journal up to applied_seq is committed here. */
-  private async acknowledge(terminalId: string, arrivedJournal: string | null, resendFrom?: number): Promise<void> {
-    const t = await this.db.selectFrom('edge_terminals').select(['applied_seq', 'journal_id']).where('terminal_id', '=', terminalId).executeTakeFirst();
-    const journalId = t?.journal_id ?? null;
-    // agents from before journal ids do not listen for it (their events are acknowledged by PUBACK)
-    if (!t || !journalId || (arrivedJournal !== null && arrivedJournal !== journalId && resendFrom === undefined)) return;
-    const msg: EventAck = { v: 1, journalId, upTo: Number(t.applied_seq ?? 0), ...(resendFrom !== undefined ? { resendFrom } : {}), at: this.ctx.clock.now().toISOString() };
-    // not awaited (see onEvent); lost, the terminal sends the events again and is acknowledged then
-    this.bus.publish(edgeTopics.down(terminalId, 'eventAcks'), JSON.stringify(msg), { qos: 1 }).catch((err) => {
-      this.log.warn({ terminal: terminalId, err: (err as Error).message }, 'event acknowledgement not published');
-    });
-  }
-
-  /**
-   * Acts on one stored event; false when it failed for a transient reason (it stays unprocessed
-   * and holds the later ones until a retry succeeds).
-   */
-  private async processEvent(terminalId: string, eventId: string): Promise<boolean> {
-    const row = await this.db.selectFrom('edge_events').selectAll().where('event_id', '=', eventId).executeTakeFirst();
-    if (!row || row.processed) return true;
-    if (row.type !== 'dropOff' && row.type !== 'pickUp') {
-      // the lock's observed state (edge/observations.ts); a failure leaves the event unprocessed: retried
-      if (!(await recordObservation(this.db, this.log, terminalId, row))) return false;
-      return this.finishTrue(eventId, 'stored');
-    }
-    const body = JSON.parse(row.payload) as Record<string, unknown>;
-    const f = AccessDoneFields.safeParse(body);
-    if (!f.success) return this.finishTrue(eventId, 'rejected:MalformedEvent');
-    const pup = await this.terminalPup(terminalId);
-    const code = await this.db.selectFrom('access_codes').select(['value', 'pup_uid']).where('uid', '=', f.data.codeId).executeTakeFirst();
-    if (!code || code.pup_uid !== pup) return this.finishTrue(eventId, 'rejected:UnknownCode');
-    const item = typeof body.item === 'boolean' ? body.item : null;
-    // door time (docs/state-machine.md "Door time"): the event's time at the terminal, corrected by
-    // the terminal's measured clock offset when it is flagged (edge/clock.ts), never after arrival
-    const clk = await this.db.selectFrom('edge_terminals').select(['clock_offset_ms', 'clock_skewed']).where('terminal_id', '=', terminalId).executeTakeFirst();
-    const receivedAt = new Date(row.received_at);
-    const at = doorTime(row.at, receivedAt, clk ? { offsetMs: clk.clock_offset_ms, skewed: clk.clock_skewed } : null);
-    try {
-      // claimed in the transaction that applies it: applied once, whichever instance gets there first
-      const claim = async (trx: Kysely<Database>) =>
-        Number((await trx.updateTable('edge_events').set({ processed: 1, outcome: 'applying' }).where('event_id', '=', eventId).where('processed', '=', 0).executeTakeFirst()).numUpdatedRows) === 1;
-      const r = await handleDoorEvent(this.ctx, { pupUid: pup!, lockerUid: f.data.lockerUid, code: code.value, codeId: f.data.codeId, itemPresent: item, at, receivedAt, claim });
-      if (r.skipped) return true; // another instance applied it (its claim committed first)
-      this.log.info({ terminal: terminalId, seq: row.seq, type: row.type, shipment: r.shipmentUid, changed: r.changed, state: r.stateCode }, 'door event applied');
-      await this.db.updateTable('edge_events').set({ outcome: `${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}` }).where('event_id', '=', eventId).execute();
-      return true;
-    } catch (err) {
-      if (err instanceof ApiError) {
-        this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, errorCode: err.code }, 'door event not applicable');
-        return this.finishTrue(eventId, `rejected:${err.code}`);
-      }
-      await this.db.updateTable('edge_events').set({ attempts: row.attempts + 1 }).where('event_id', '=', eventId).execute();
-      this.log.error({ terminal: terminalId, seq: row.seq, err: (err as Error).message }, 'door event failed; will retry');
-      return false;
-    }
+    // stored (in a batch with what else arrived, edge/ingest.ts) before the broker acknowledges it:
+    // the PUBACK waits for this promise; then applied in the journal's seq order and acknowledged
+    // on down/eventAcks, batch by batch. The promise does not wait for the apply: an MQTT client
+    // takes no further packet (not even the PUBACK of our own acknowledgement) until this handler
+    // returns, so waiting for it would deadlock
+    return this.ingest.submit(terminalId, ev, payload);
   }
 
   /** Terminals with unprocessed events (a transient failure, or held behind a gap): advance them again. */
   private async retryUnprocessed(): Promise<void> {
     const rows = await this.db.selectFrom('edge_events').select('terminal_id').distinct().where('processed', '=', 0).limit(1000).execute();
-    for (const r of rows) await this.serial(r.terminal_id, () => this.advance(r.terminal_id));
+    await this.ingest.advance(rows.map((r) => r.terminal_id));
   }
 }

@@ -1,0 +1,570 @@
+// Terminal events in, in batches (docs/edge-protocol.md "Order and acknowledgement", issue 15).
+//
+// Every up/events message the broker hands over joins a queue; one drain loop per central
+// instance works it off in two kinds of transaction, each a batch of whatever arrived meanwhile:
+//
+// 1. store: the batch's events are inserted into edge_events (deduplicated by event id) and each
+//    terminal's last_seq / journal_id updated, once per terminal; one COMMIT for the batch. Only
+//    then is each event's handler resolved, which lets the broker send its PUBACK (beforeAck).
+// 2. apply: the terminals of stored batches are advanced, each from its applied_seq in its
+//    journal's seq order, in one transaction (one COMMIT, one fsync on SQLite, for up to
+//    APPLY_MAX events): the cursor row is read once per terminal (row-locked on PostgreSQL, so
+//    instances sharing the work advance a terminal one at a time), its unprocessed events are read
+//    once, each event is applied inside a SAVEPOINT (a failing one is rolled back alone: rejected
+//    for good when the shipment service refuses it, left unprocessed and retried when it failed
+//    for a transient reason, which holds its later events), and the cursor is written once. After
+//    the COMMIT, each terminal gets one down/eventAcks with its committed prefix.
+//
+// A store batch that fails is stored again event by event (a bad event cannot keep the others'
+// PUBACK back); an apply batch that fails is applied again terminal by terminal. Door events run
+// the shipment service's transition in the batch's transaction (ShipmentService.applyLockerAccessIn),
+// which is a job of the service's runner: on SQLite it joins the group commit with bookings.
+// The store is committed before the apply reads, so whichever instance stores an event last sees
+// every earlier one (the argument of the unbatched design still holds).
+import type { EventAck, EventMessage } from '@locker/common';
+import { AccessDoneFields, edgeTopics } from '@locker/common';
+import { CompiledQuery } from 'kysely';
+import type { AppContext } from '../context';
+import type { Logger } from '../logger';
+import type { MessageBus } from '../mqtt/bus';
+import { ApiError } from '../errors';
+import { newUid, toDbTime } from '../ids';
+import { centralMetrics } from '../ops/metrics';
+import { shipmentService } from '../shipments/service';
+import { rawQuery, sqliteStatement } from '../shipments/sqlq';
+import { isRetryablePgError, type Trx } from '../shipments/tx';
+import { doorTime } from './clock';
+import { recordObservationWith, type ObsExec } from './observations';
+
+/** at most this many events in one store transaction */
+const STORE_MAX = 1000;
+/** apply transactions take terminals until this many of their events arrived (one terminal may hold more) */
+const APPLY_MAX = 512;
+/** unprocessed events of one terminal read at once */
+const PENDING_READ = 2000;
+const INSERT_CHUNK = 400;
+
+interface Arrival {
+  terminalId: string;
+  ev: EventMessage;
+  payload: Buffer;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+  attempts: number;
+}
+
+interface PendingRow {
+  event_id: string;
+  journal_id: string | null;
+  seq: number;
+  type: string;
+  at: string;
+  received_at: string;
+  payload: string;
+}
+
+interface CursorRow {
+  applied_seq: number | string | null;
+  journal_id: string | null;
+  gap_since: string | null;
+  clock_offset_ms: number | string | null;
+  clock_skewed: number | null;
+  pup_uid: string | null;
+}
+
+/** What an apply transaction leaves to do after its COMMIT (built again on a retried attempt). */
+interface AfterCommit {
+  acks: { terminalId: string; msg: EventAck }[];
+  logs: (() => void)[];
+  resendAsked: [string, number][];
+}
+
+const EVENT_INSERT = 'INSERT INTO edge_events (event_id, terminal_id, journal_id, seq, type, at, received_at, payload, processed, outcome, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, 0) ON CONFLICT (event_id) DO NOTHING';
+const CURSOR_SQL = 'SELECT e.applied_seq, e.journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
+const PENDING_SQL = `SELECT event_id, journal_id, seq, type, at, received_at, payload FROM edge_events WHERE processed = 0 AND terminal_id = ? ORDER BY seq LIMIT ${PENDING_READ}`;
+
+export interface IngestHost {
+  readonly ctx: AppContext;
+  readonly bus: MessageBus;
+  readonly log: Logger;
+  running(): boolean;
+}
+
+export class EventIngest {
+  private arrivals: Arrival[] = [];
+  /** terminals to advance, with the journals of the events that arrived for them (null: a retry or a legacy event) */
+  private toApply = new Map<string, { journals: Set<string | null>; events: number; waiters: (() => void)[] }>();
+  private draining: Promise<void> | null = null;
+  /** when each terminal was last asked to resend from a gap (ms) */
+  private readonly resendAsked = new Map<string, number>();
+  readonly stats = { storeBatches: 0, stored: 0, applyBatches: 0, applied: 0, maxStoreBatch: 0, maxApplyBatch: 0 };
+
+  constructor(private readonly host: IngestHost) {}
+
+  private get ctx(): AppContext {
+    return this.host.ctx;
+  }
+
+  private get log(): Logger {
+    return this.host.log;
+  }
+
+  private nowDb(): string {
+    return toDbTime(this.ctx.clock.now());
+  }
+
+  /** Queues a parsed event; resolves once it is stored (committed), rejects when it cannot be. */
+  submit(terminalId: string, ev: EventMessage, payload: Buffer): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      this.arrivals.push({ terminalId, ev, payload, resolve, reject, attempts: 0 });
+      this.kick();
+    });
+  }
+
+  /** Advances these terminals (their unprocessed events); resolves after the batch that did it. */
+  advance(terminalIds: readonly string[]): Promise<void> {
+    if (!terminalIds.length) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      let left = terminalIds.length;
+      for (const id of terminalIds) this.queueApply(id, null, 0, () => --left === 0 && resolve());
+      this.kick();
+    });
+  }
+
+  /** Resolves when nothing is queued or being worked on. */
+  async idle(): Promise<void> {
+    while (this.draining) await this.draining;
+  }
+
+  private queueApply(terminalId: string, journal: string | null, events: number, waiter?: () => void): void {
+    let e = this.toApply.get(terminalId);
+    if (!e) this.toApply.set(terminalId, (e = { journals: new Set(), events: 0, waiters: [] }));
+    e.journals.add(journal);
+    e.events += events;
+    if (waiter) e.waiters.push(waiter);
+  }
+
+  private kick(): void {
+    if (this.draining) return;
+    // what arrives in this turn of the event loop joins the first batch
+    this.draining = new Promise<void>((r) => setImmediate(r))
+      .then(() => this.drain())
+      .catch((err) => this.log.error({ err: (err as Error).message }, 'edge event ingestion failed'))
+      .finally(() => {
+        this.draining = null;
+        if (this.arrivals.length || this.toApply.size) this.kick();
+      });
+  }
+
+  private async drain(): Promise<void> {
+    while (this.arrivals.length || this.toApply.size) {
+      if (this.arrivals.length) await this.storeBatch(this.arrivals.splice(0, STORE_MAX));
+      if (!this.toApply.size) continue;
+      if (!this.host.running()) {
+        // stopped: what is stored stays unprocessed, the next start's retry applies it
+        for (const e of this.toApply.values()) for (const w of e.waiters) w();
+        this.toApply.clear();
+        continue;
+      }
+      const batch = new Map<string, { journals: Set<string | null>; events: number; waiters: (() => void)[] }>();
+      let events = 0;
+      for (const [id, e] of this.toApply) {
+        if (batch.size && events + e.events > APPLY_MAX) break;
+        batch.set(id, e);
+        events += e.events;
+      }
+      for (const id of batch.keys()) this.toApply.delete(id);
+      try {
+        await this.applyBatch(batch);
+      } finally {
+        for (const e of batch.values()) for (const w of e.waiters) w();
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ store
+
+  private async storeBatch(batch: Arrival[]): Promise<void> {
+    let known: Arrival[];
+    try {
+      const ids = [...new Set(batch.map((a) => a.terminalId))];
+      const rows = await this.ctx.db.kysely.selectFrom('terminals').select('id').where('id', 'in', ids).execute();
+      const provisioned = new Set(rows.map((r) => r.id));
+      known = [];
+      for (const a of batch) {
+        if (provisioned.has(a.terminalId)) known.push(a);
+        else {
+          this.log.warn({ terminal: a.terminalId }, 'event from a terminal that is not provisioned dropped');
+          a.resolve();
+        }
+      }
+    } catch (err) {
+      for (const a of batch) this.storeLater(a, err);
+      return;
+    }
+    if (!known.length) return;
+    try {
+      const fresh = await shipmentService(this.ctx).tx.run((trx) => this.storeIn(trx, known));
+      this.stored(known, fresh);
+    } catch (err) {
+      if (known.length > 1) this.log.warn({ err: (err as Error).message, events: known.length }, 'storing a batch of terminal events failed; storing them one by one');
+      for (const a of known) {
+        try {
+          this.stored([a], await shipmentService(this.ctx).tx.run((trx) => this.storeIn(trx, [a])));
+        } catch (e) {
+          this.storeLater(a, e);
+        }
+      }
+    }
+  }
+
+  private stored(arrivals: Arrival[], fresh: Set<string>): void {
+    this.stats.storeBatches++;
+    this.stats.stored += arrivals.length;
+    this.stats.maxStoreBatch = Math.max(this.stats.maxStoreBatch, arrivals.length);
+    for (const a of arrivals) {
+      const isFresh = fresh.has(a.ev.eventId);
+      centralMetrics.edgeEvents.inc({ type: a.ev.type, outcome: isFresh ? 'stored' : 'duplicate' });
+      if (!isFresh) this.log.debug({ terminal: a.terminalId, seq: a.ev.seq }, 'repeated event ignored');
+      // applied in the journal's seq order: this one and what it unblocks, or held for a gap before
+      // it; then the terminal learns how far its journal is committed (down/eventAcks)
+      this.queueApply(a.terminalId, a.ev.journalId ?? null, 1);
+      a.resolve();
+    }
+  }
+
+  /** A store that failed on its own: tried again after a back-off (its PUBACK waits), refused once the sync stops. */
+  private storeLater(a: Arrival, err: unknown): void {
+    if (!this.host.running()) {
+      a.reject(err);
+      return;
+    }
+    this.log.error({ err: (err as Error).message, terminal: a.terminalId, seq: a.ev.seq }, 'storing a terminal event failed; retrying');
+    const delay = Math.min(100 * 2 ** a.attempts++, 5000);
+    setTimeout(() => {
+      this.arrivals.push(a);
+      this.kick();
+    }, delay).unref?.();
+  }
+
+  /** Stores the events; returns the ids of those that were new. */
+  private async storeIn(trx: Trx, arrivals: Arrival[]): Promise<Set<string>> {
+    const k = trx;
+    const now = this.nowDb();
+    const ids = [...new Set(arrivals.map((a) => a.terminalId))];
+    const cursors = new Map<string, { last_seq: number; journal_id: string | null }>();
+    const readCursors = async (list: string[]) => {
+      for (let i = 0; i < list.length; i += INSERT_CHUNK) {
+        const rows = await k.selectFrom('edge_terminals').select(['terminal_id', 'last_seq', 'journal_id']).where('terminal_id', 'in', list.slice(i, i + INSERT_CHUNK)).execute();
+        for (const r of rows) cursors.set(r.terminal_id, { last_seq: Number(r.last_seq), journal_id: r.journal_id ?? null });
+      }
+    };
+    await readCursors(ids);
+    const missing = ids.filter((id) => !cursors.has(id));
+    if (missing.length) {
+      await k
+        .insertInto('edge_terminals')
+        .values(missing.map((terminal_id) => ({ terminal_id, epoch: newUid(), codes_version: 0, online: 0 as const, status_at: null, last_status: null, last_seq: 0, updated_at: now })))
+        .onConflict((oc) => oc.column('terminal_id').doNothing())
+        .execute();
+      await readCursors(missing);
+    }
+    const seen = new Set<string>();
+    const rows = [];
+    for (const a of arrivals) {
+      if (seen.has(a.ev.eventId)) continue;
+      seen.add(a.ev.eventId);
+      rows.push({ event_id: a.ev.eventId, terminal_id: a.terminalId, journal_id: a.ev.journalId ?? null, seq: a.ev.seq, type: a.ev.type, at: a.ev.at, received_at: now, payload: a.payload.toString('utf8'), processed: 0 as const, outcome: null, attempts: 0 });
+    }
+    const fresh = new Set<string>();
+    if (this.ctx.db.engine === 'sqlite') {
+      // one cached prepared statement per row (synchronous, on the transaction's connection): cheaper
+      // than building a multi-row insert through Kysely
+      const exec = this.exec(trx);
+      for (const r of rows) {
+        const res = await exec(EVENT_INSERT, [r.event_id, r.terminal_id, r.journal_id, r.seq, r.type, r.at, r.received_at, r.payload]);
+        if (res.numAffectedRows === 1) fresh.add(r.event_id);
+      }
+    } else {
+      for (let i = 0; i < rows.length; i += INSERT_CHUNK) {
+        const r = await k
+          .insertInto('edge_events')
+          .values(rows.slice(i, i + INSERT_CHUNK))
+          .onConflict((oc) => oc.column('event_id').doNothing())
+          .returning('event_id')
+          .execute();
+        for (const x of r) fresh.add(x.event_id);
+      }
+    }
+    // the first journal id a terminal shows names the journal whose seq applied_seq already counts
+    // (an agent updated in place keeps its store); last_seq is the highest seq seen, for status
+    const patches = new Map<string, { last_seq?: number; journal_id?: string }>();
+    for (const a of arrivals) {
+      if (!fresh.has(a.ev.eventId)) continue;
+      const c = cursors.get(a.terminalId)!;
+      const p = patches.get(a.terminalId) ?? {};
+      const journalId = a.ev.journalId ?? null;
+      if (c.journal_id == null && journalId) c.journal_id = p.journal_id = journalId;
+      if (a.ev.seq !== c.last_seq + 1) this.log.info({ terminal: a.terminalId, seq: a.ev.seq, lastSeq: c.last_seq }, 'event out of sequence (held until the gap is filled, or a repeat)');
+      if (a.ev.seq > c.last_seq) c.last_seq = p.last_seq = a.ev.seq;
+      patches.set(a.terminalId, p);
+    }
+    // in the order of terminal ids, as the apply locks them: fewer deadlocks between instances (PostgreSQL retries those)
+    for (const id of [...patches.keys()].sort()) {
+      const p = patches.get(id)!;
+      if (Object.keys(p).length) await k.updateTable('edge_terminals').set(p).where('terminal_id', '=', id).execute();
+    }
+    return fresh;
+  }
+
+  // ------------------------------------------------------------------ apply
+
+  private async applyBatch(batch: Map<string, { journals: Set<string | null> }>): Promise<void> {
+    // a fixed order: instances that lock the same terminals lock them in the same order
+    const ids = [...batch.keys()].sort();
+    const svc = shipmentService(this.ctx);
+    const fresh = (): AfterCommit => ({ acks: [], logs: [], resendAsked: [] });
+    let after = fresh();
+    try {
+      await svc.tx.run(async (trx) => {
+        after = fresh(); // a retried attempt (PostgreSQL) starts over
+        for (const id of ids) await this.advanceIn(trx, id, batch.get(id)!.journals, after);
+      });
+      this.stats.applyBatches++;
+      this.stats.maxApplyBatch = Math.max(this.stats.maxApplyBatch, ids.length);
+      this.afterCommit(after);
+    } catch (err) {
+      if (ids.length > 1) this.log.warn({ err: (err as Error).message, terminals: ids.length }, 'applying a batch of terminal events failed; applying terminal by terminal');
+      for (const id of ids) {
+        let one = fresh();
+        try {
+          await svc.tx.run(async (trx) => {
+            one = fresh();
+            await this.advanceIn(trx, id, batch.get(id)!.journals, one);
+          });
+          this.afterCommit(one);
+        } catch (e) {
+          this.log.error({ err: (e as Error).message, terminal: id }, 'applying terminal events failed; retried');
+        }
+      }
+    }
+  }
+
+  private afterCommit(after: AfterCommit): void {
+    for (const [id, at] of after.resendAsked) this.resendAsked.set(id, at);
+    for (const l of after.logs) l();
+    for (const { terminalId, msg } of after.acks) {
+      // not awaited: lost, the terminal sends the events again and is acknowledged then
+      this.host.bus.publish(edgeTopics.down(terminalId, 'eventAcks'), JSON.stringify(msg), { qos: 1 }).catch((err) => {
+        this.log.warn({ terminal: terminalId, err: (err as Error).message }, 'event acknowledgement not published');
+      });
+    }
+  }
+
+  private exec(trx: Trx): ObsExec {
+    const db = this.ctx.db;
+    return <R>(text: string, params: readonly unknown[]) => rawQuery<R>(trx, db, text, params);
+  }
+
+  /** SAVEPOINT / RELEASE / ROLLBACK TO around one event (SQLite: straight on the handle, as tx.ts does). */
+  private async savepoint(trx: Trx, what: 'SAVEPOINT edge_event' | 'RELEASE SAVEPOINT edge_event' | 'ROLLBACK TO SAVEPOINT edge_event'): Promise<void> {
+    const db = this.ctx.db;
+    if (db.engine === 'sqlite') sqliteStatement(db.sqlite!, what).run();
+    else await trx.executeQuery(CompiledQuery.raw(what));
+  }
+
+  /**
+   * Applies a terminal's stored events in seq order from its applied_seq on, as far as they are
+   * contiguous, inside the batch's transaction; queues its acknowledgement. A missing seq holds the
+   * later ones (they stay stored, unprocessed: bounded by the database, not memory); after
+   * edge.gapResendSeconds the terminal is asked to send again from the gap, after
+   * edge.gapGiveUpSeconds the gap is skipped (an error in the log). The cursor row is locked
+   * (PostgreSQL: FOR UPDATE; SQLite has one writer) for the transaction, applied_seq still moves by
+   * compare-and-set and each door event is claimed in the transaction that applies it.
+   */
+  private async advanceIn(trx: Trx, terminalId: string, arrived: Set<string | null>, after: AfterCommit): Promise<void> {
+    const exec = this.exec(trx);
+    const pg = this.ctx.db.engine === 'postgres';
+    const cur = (await exec<CursorRow>(pg ? `${CURSOR_SQL} FOR UPDATE OF e` : CURSOR_SQL, [terminalId])).rows[0];
+    if (!cur) return;
+    const start = { applied: Number(cur.applied_seq ?? 0), journal: cur.journal_id ?? null, gap: cur.gap_since ?? null };
+    let applied = start.applied;
+    let journal = start.journal;
+    let gapSince = start.gap;
+    let resendFrom: number | undefined;
+    const done = new Set<string>();
+    let pending: PendingRow[] = [];
+    let byKey = new Map<string, PendingRow>();
+    let strays: PendingRow[] = [];
+    let full = false;
+    const key = (j: string | null, seq: number) => `${j ?? ''}\u0000${seq}`;
+    const read = async () => {
+      pending = (await exec<PendingRow>(PENDING_SQL, [terminalId])).rows.map((r) => ({ ...r, seq: Number(r.seq) }));
+      full = pending.length >= PENDING_READ;
+      byKey = new Map(pending.map((r) => [key(r.journal_id ?? null, r.seq), r]));
+      strays = pending.filter((r) => r.journal_id == null || r.seq === 1);
+    };
+    await read();
+    const apply = (row: PendingRow) => {
+      done.add(row.event_id);
+      return this.processIn(trx, exec, terminalId, row, cur, after);
+    };
+    for (let guard = 0; guard < 100_000 && this.host.running(); guard++) {
+      // events outside the current journal: legacy ones (no journal id, from agents older than
+      // ordered delivery) are applied as they come; a new journal (a new store, counting from 1
+      // again) takes over at its seq 1, once what the old one still holds is applied
+      if (journal !== null) {
+        const stray = strays.find((r) => !done.has(r.event_id) && (r.journal_id == null || (r.journal_id !== journal && r.seq === 1)));
+        if (stray && stray.journal_id == null) {
+          if (!(await apply(stray))) break;
+          continue;
+        }
+        if (stray) {
+          let ok = true;
+          for (const h of pending) if (h.journal_id === journal && !done.has(h.event_id) && !(ok = await apply(h))) break;
+          if (!ok) break;
+          const j = journal;
+          after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: stray.journal_id }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
+          journal = stray.journal_id;
+          applied = 0;
+          gapSince = null;
+          continue;
+        }
+      }
+      const next = byKey.get(key(journal, applied + 1));
+      if (next && !done.has(next.event_id)) {
+        if (!(await apply(next))) break;
+        applied++;
+        gapSince = null;
+        continue;
+      }
+      if (full && !next) {
+        // more unprocessed events than one read holds: read on from here
+        await read();
+        if (byKey.has(key(journal, applied + 1))) continue;
+      }
+      // not among the unprocessed: stored and processed already (an instance that stopped between
+      // applying it and moving the cursor, before batching), or missing
+      const processed = await exec<{ n: number }>(journal === null ? 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq = ? AND processed = 1' : 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq = ? AND processed = 1', journal === null ? [terminalId, applied + 1] : [terminalId, journal, applied + 1]);
+      if (processed.rows.length) {
+        applied++;
+        gapSince = null;
+        continue;
+      }
+      // nothing at applied + 1: a gap when a later event waits
+      let later: PendingRow | undefined;
+      for (const r of pending) if (r.journal_id === journal && r.seq > applied + 1 && !done.has(r.event_id) && (!later || r.seq < later.seq)) later = r;
+      if (!later) break;
+      const nowMs = this.ctx.clock.now().getTime();
+      if (!gapSince) {
+        gapSince = this.nowDb();
+        const a = applied;
+        const held = later.seq;
+        after.logs.push(() => this.log.info({ terminal: terminalId, missing: a + 1, held }, 'event gap: later events held until it is filled'));
+        break;
+      }
+      const waitedMs = nowMs - Date.parse(gapSince);
+      if (waitedMs >= this.ctx.config.edge.gapGiveUpSeconds * 1000) {
+        const missing = [applied + 1, later.seq - 1];
+        after.logs.push(() => this.log.error({ terminal: terminalId, missing, waitedMs, errorCode: 'EVENT_GAP_SKIPPED' }, 'event gap given up on: the missing events never came; the held ones are applied'));
+        applied = later.seq - 1;
+        gapSince = null;
+        continue;
+      }
+      if (waitedMs >= this.ctx.config.edge.gapResendSeconds * 1000) {
+        const last = this.resendAsked.get(terminalId) ?? 0;
+        if (nowMs - last >= this.ctx.config.edge.gapResendSeconds * 1000) {
+          after.resendAsked.push([terminalId, nowMs]);
+          resendFrom = applied + 1;
+          const from = resendFrom;
+          after.logs.push(() => this.log.warn({ terminal: terminalId, from, waitedMs }, 'event gap: asking the terminal to send again'));
+        }
+      }
+      break;
+    }
+    if (applied !== start.applied || journal !== start.journal || gapSince !== start.gap) {
+      const r = await exec(
+        start.journal === null
+          ? 'UPDATE edge_terminals SET applied_seq = ?, journal_id = ?, gap_since = ? WHERE terminal_id = ? AND applied_seq = ? AND journal_id IS NULL'
+          : 'UPDATE edge_terminals SET applied_seq = ?, journal_id = ?, gap_since = ? WHERE terminal_id = ? AND applied_seq = ? AND journal_id = ?',
+        start.journal === null ? [applied, journal, gapSince, terminalId, start.applied] : [applied, journal, gapSince, terminalId, start.applied, start.journal],
+      );
+      // the row is locked for this transaction: another writer moving it is a bug; roll the batch back
+      if (r.numAffectedRows !== 1) throw new Error(`edge cursor of ${terminalId} moved under a locked batch`);
+    }
+    // down/eventAcks: every event of the current journal up to applied_seq is committed here.
+    // Agents from before journal ids do not listen for it (their events are acknowledged by PUBACK);
+    // an event of another journal than the cursor's (a new store while the old one is still held)
+    // gets no acknowledgement of the old journal, unless the terminal is asked to resend
+    const ackable = [...arrived].some((j) => j === null || j === journal);
+    if (journal && (ackable || resendFrom !== undefined)) {
+      after.acks.push({ terminalId, msg: { v: 1, journalId: journal, upTo: applied, ...(resendFrom !== undefined ? { resendFrom } : {}), at: this.ctx.clock.now().toISOString() } });
+    }
+  }
+
+  /**
+   * Acts on one stored event inside a SAVEPOINT; false when it failed for a transient reason (it
+   * stays unprocessed, attempts counted, and holds the later ones until a retry succeeds).
+   */
+  private async processIn(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit): Promise<boolean> {
+    const finish = async (outcome: string) => {
+      await exec('UPDATE edge_events SET processed = 1, outcome = ? WHERE event_id = ? AND processed = 0', [outcome, row.event_id]);
+    };
+    await this.savepoint(trx, 'SAVEPOINT edge_event');
+    try {
+      const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish);
+      await this.savepoint(trx, 'RELEASE SAVEPOINT edge_event');
+      this.stats.applied++;
+      return ok;
+    } catch (err) {
+      await this.savepoint(trx, 'ROLLBACK TO SAVEPOINT edge_event');
+      await this.savepoint(trx, 'RELEASE SAVEPOINT edge_event');
+      // a deadlock or serialization failure: the whole batch runs again (PgTxRunner)
+      if (isRetryablePgError(err)) throw err;
+      if (err instanceof ApiError) {
+        const code = err.code;
+        after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, errorCode: code }, 'door event not applicable'));
+        await finish(`rejected:${code}`);
+        this.stats.applied++;
+        return true;
+      }
+      await exec('UPDATE edge_events SET attempts = attempts + 1 WHERE event_id = ?', [row.event_id]);
+      const msg = (err as Error).message;
+      after.logs.push(() => this.log.error({ terminal: terminalId, seq: row.seq, type: row.type, err: msg }, row.type === 'dropOff' || row.type === 'pickUp' ? 'door event failed; will retry' : 'recording a lock observation failed; will retry'));
+      return false;
+    }
+  }
+
+  private async processOne(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, finish: (outcome: string) => Promise<void>): Promise<boolean> {
+    const pup = cur.pup_uid;
+    if (row.type !== 'dropOff' && row.type !== 'pickUp') {
+      // the lock's observed state (edge/observations.ts)
+      if (pup) await recordObservationWith(exec, this.log, terminalId, pup, row);
+      await finish('stored');
+      return true;
+    }
+    const body = JSON.parse(row.payload) as Record<string, unknown>;
+    const f = AccessDoneFields.safeParse(body);
+    if (!f.success) {
+      await finish('rejected:MalformedEvent');
+      return true;
+    }
+    const code = (await exec<{ value: string; pup_uid: string }>('SELECT value, pup_uid FROM access_codes WHERE uid = ?', [f.data.codeId])).rows[0];
+    if (!code || !pup || code.pup_uid !== pup) {
+      await finish('rejected:UnknownCode');
+      return true;
+    }
+    const item = typeof body.item === 'boolean' ? body.item : null;
+    // door time (docs/state-machine.md "Door time"): the event's time at the terminal, corrected by
+    // the terminal's measured clock offset when it is flagged (edge/clock.ts), never after arrival
+    const receivedAt = new Date(row.received_at);
+    const at = doorTime(row.at, receivedAt, { offsetMs: cur.clock_offset_ms, skewed: cur.clock_skewed } as Parameters<typeof doorTime>[2]);
+    // claimed in the transaction that applies it: applied once, whichever instance gets there first
+    const claim = async () => (await exec("UPDATE edge_events SET processed = 1, outcome = 'applying' WHERE event_id = ? AND processed = 0", [row.event_id])).numAffectedRows === 1;
+    const r = await shipmentService(this.ctx).applyLockerAccessIn(trx, { pupUid: pup, lockerUid: f.data.lockerUid, code: code.value, codeId: f.data.codeId, itemPresent: item, at, receivedAt, claim, cause: 'door' });
+    if (r.skipped) return true; // another instance applied it
+    after.logs.push(() => this.log.info({ terminal: terminalId, seq: row.seq, type: row.type, shipment: r.shipmentUid, changed: r.changed, state: r.stateCode }, 'door event applied'));
+    await exec('UPDATE edge_events SET outcome = ? WHERE event_id = ?', [`${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}`, row.event_id]);
+    return true;
+  }
+}
