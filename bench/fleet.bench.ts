@@ -539,6 +539,7 @@ function table(results: (SetupResult | { name: string; skipped: string })[]): st
   const ok = results.filter((r): r is SetupResult => !('skipped' in r));
   const cols = ok.map((r) => r.name);
   const row = (label: string, f: (r: SetupResult) => string) => `| ${label} | ${ok.map(f).join(' | ')} |`;
+  if (!ok.length) return results.map((r) => `${r.name}: ${(r as { skipped: string }).skipped}.`).join('\n\n');
   const lines = [
     `| figure | ${cols.join(' | ')} | goal |`,
     `|---|${cols.map(() => '---|').join('')}---|`,
