@@ -18,7 +18,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import pg from 'pg';
+import { dropPgSchema } from './cpu-profile';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
@@ -90,12 +90,7 @@ async function measureEngine(engine: 'sqlite' | 'postgres'): Promise<Row[]> {
   } finally {
     await svc.stop();
     fs.rmSync(dir, { recursive: true, force: true });
-    if (pgSchema) {
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
-      await c.end();
-    }
+    await dropPgSchema(PG_URL, pgSchema);
   }
 }
 

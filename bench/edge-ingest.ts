@@ -23,6 +23,7 @@
 // count, every drop-off and pick-up applied (outcome `...:applied:...`) and the shipments in the
 // states the events lead to. With --profile, a CPU profile of the central process (node
 // inspector) over the run, summarised by area as bench/profile-endpoint.ts does.
+import { summariseProfile, dropPgSchema, type Profile } from './cpu-profile';
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -33,7 +34,6 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
@@ -57,16 +57,6 @@ const L = Number(values.lockers);
 const WINDOW = Number(values.window);
 const here = path.dirname(fileURLToPath(import.meta.url));
 
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string };
-}
-interface Profile {
-  nodes: ProfileNode[];
-  samples: number[];
-  timeDeltas: number[];
-}
-
 async function freePort(): Promise<number> {
   const s = net.createServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
@@ -85,41 +75,7 @@ async function chunked<T>(items: T[], n: number, fn: (c: T[]) => Promise<unknown
   for (let i = 0; i < items.length; i += n) await fn(items.slice(i, i + n));
 }
 
-function area(url: string): string {
-  if (!url) return '(native / V8)';
-  const nm = url.lastIndexOf('node_modules/');
-  if (nm >= 0) {
-    const parts = url.slice(nm + 'node_modules/'.length).split('/');
-    return parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
-  }
-  const src = /packages\/([^/]+)\/src\/(?:([^/]+)\/)?/.exec(url);
-  if (src) return `${src[1]}/${src[2] && !src[2].includes('.') ? src[2] : url.split('/').pop()}`;
-  if (url.startsWith('node:')) return 'node';
-  return url.split('/').slice(-2).join('/');
-}
-
-function summarise(profile: Profile): void {
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const self = new Map<string, number>();
-  const byArea = new Map<string, number>();
-  let total = 0;
-  let idle = 0;
-  profile.samples.forEach((id, i) => {
-    const f = byId.get(id)!.callFrame;
-    const key = `${f.functionName || '(anonymous)'} ${f.url ? f.url.split('/').slice(-2).join('/') : ''}`.trim();
-    const dt = profile.timeDeltas[i] ?? 0;
-    self.set(key, (self.get(key) ?? 0) + dt);
-    const a = f.functionName === '(idle)' || f.functionName === '(program)' || f.functionName === '(garbage collector)' ? f.functionName : area(f.url);
-    byArea.set(a, (byArea.get(a) ?? 0) + dt);
-    if (f.functionName === '(idle)') idle += dt;
-    total += dt;
-  });
-  const busy = total - idle;
-  console.error(`\nprofile: busy ${((busy / total) * 100).toFixed(1)} % of ${(total / 1e6).toFixed(1)} s; shares of the busy time`);
-  for (const [k, v] of [...byArea].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, 20)) console.error(`${((v / busy) * 100).toFixed(1).padStart(6)} %   ${k}`);
-  console.error('');
-  for (const [k, v] of [...self].filter(([k]) => !k.startsWith('(idle)')).sort((a, b) => b[1] - a[1]).slice(0, 30)) console.error(`${((v / busy) * 100).toFixed(1).padStart(6)} %   ${k}`);
-}
+const summarise = (profile: Profile) => summariseProfile(profile, (l) => console.error(l), { areas: 20, functions: 30 });
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-edge-ingest-'));
 const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -305,10 +261,5 @@ try {
 } finally {
   await svc.stop();
   fs.rmSync(dir, { recursive: true, force: true });
-  if (pgSchema) {
-    const c = new pg.Client({ connectionString: PG_URL });
-    await c.connect();
-    await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
-    await c.end();
-  }
+  await dropPgSchema(PG_URL, pgSchema);
 }

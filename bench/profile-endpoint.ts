@@ -24,7 +24,7 @@ import inspector from 'node:inspector/promises';
 import os from 'node:os';
 import path from 'node:path';
 import Fastify from 'fastify';
-import pg from 'pg';
+import { summariseProfile, dropPgSchema, type Profile } from './cpu-profile';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
@@ -34,16 +34,6 @@ import type { AppContext } from '../packages/central/src/context';
 import { provision } from './shipments.bench';
 import { ENDPOINTS } from './api.bench';
 import { demoTenant, load, type LoadRequest } from './support';
-
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string };
-}
-interface Profile {
-  nodes: ProfileNode[];
-  samples: number[];
-  timeDeltas: number[];
-}
 
 interface Target {
   url: string;
@@ -100,19 +90,6 @@ async function demoTarget(svc: CentralService, ctx: AppContext): Promise<Target>
 }
 
 /** The area of a profiled function: a library by its package name, else the central service's folder. */
-function area(url: string): string {
-  if (!url) return '(native / V8)';
-  const nm = url.lastIndexOf('node_modules/');
-  if (nm >= 0) {
-    const parts = url.slice(nm + 'node_modules/'.length).split('/');
-    return parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
-  }
-  const src = /packages\/([^/]+)\/src\/(?:([^/]+)\/)?/.exec(url);
-  if (src) return `${src[1]}/${src[2] && !src[2].includes('.') ? src[2] : url.split('/').pop()}`;
-  if (url.startsWith('node:')) return 'node';
-  return url.split('/').slice(-2).join('/');
-}
-
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-profile-'));
 const pgSchema = engine === 'postgres' ? `profile_${crypto.randomBytes(5).toString('hex')}` : undefined;
 const config = loadConfig({
@@ -178,36 +155,13 @@ try {
   }
   if (process.env.BENCH_PROFILE_OUT) fs.writeFileSync(process.env.BENCH_PROFILE_OUT, JSON.stringify(profile));
 
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const self = new Map<string, number>();
-  const byArea = new Map<string, number>();
-  let total = 0;
-  let idle = 0;
-  profile.samples.forEach((id, i) => {
-    const f = byId.get(id)!.callFrame;
-    const key = `${f.functionName || '(anonymous)'} ${f.url ? f.url.split('/').slice(-2).join('/') : ''}`.trim();
-    const dt = profile.timeDeltas[i] ?? 0;
-    self.set(key, (self.get(key) ?? 0) + dt);
-    const a = f.functionName === '(idle)' || f.functionName === '(program)' || f.functionName === '(garbage collector)' ? f.functionName : area(f.url);
-    byArea.set(a, (byArea.get(a) ?? 0) + dt);
-    if (f.functionName === '(idle)') idle += dt;
-    total += dt;
-  });
-  const busy = total - idle;
-  console.log(`\nbusy ${((busy / total) * 100).toFixed(1)} % of the ${(total / 1e6).toFixed(1)} s profiled; shares below are of the busy time`);
-  console.log('\nself time   area');
-  for (const [k, v] of [...byArea].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]).slice(0, 25)) console.log(`${((v / busy) * 100).toFixed(1).padStart(6)} %   ${k}`);
-  console.log('\nself time   function');
-  for (const [k, v] of [...self].filter(([k]) => !k.startsWith('(idle)')).sort((a, b) => b[1] - a[1]).slice(0, 30)) console.log(`${((v / busy) * 100).toFixed(1).padStart(6)} %   ${k}`);
+  summariseProfile(profile, (l) => console.log(l));
 } finally {
   await bareApp?.close();
   await svc.stop();
   fs.rmSync(dir, { recursive: true, force: true });
   if (pgSchema) {
-    const c = new pg.Client({ connectionString: PG_URL });
-    await c.connect();
-    await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
-    await c.end();
+    await dropPgSchema(PG_URL, pgSchema);
   }
 }
 process.exit(0);
