@@ -43,6 +43,8 @@ const APPLY_MAX = 512;
 /** unprocessed events of one terminal read at once */
 const PENDING_READ = 2000;
 const INSERT_CHUNK = 400;
+/** apply loops side by side on PostgreSQL (each holds a pool connection while it runs) */
+const APPLY_LOOPS_PG = 4;
 
 interface Arrival {
   terminalId: string;
@@ -94,9 +96,16 @@ export class EventIngest {
   private arrivals: Arrival[] = [];
   /** terminals to advance, with the journals of the events that arrived for them (null: a retry or a legacy event) */
   private toApply = new Map<string, { journals: Set<string | null>; events: number; waiters: (() => void)[] }>();
-  private draining: Promise<void> | null = null;
+  /** the store loop and the apply loop: they run side by side (see kickStore) */
+  private storing: Promise<void> | null = null;
+  /** apply loops running (PostgreSQL: up to APPLY_LOOPS_PG side by side, on terminals of their own) */
+  private readonly applying = new Set<Promise<void>>();
+  /** terminals in an apply batch right now: no other loop of this instance takes them meanwhile */
+  private readonly inApply = new Set<string>();
   /** when each terminal was last asked to resend from a gap (ms) */
   private readonly resendAsked = new Map<string, number>();
+  /** PostgreSQL transactions whose last event savepoint is not released yet (savepoint()) */
+  private readonly releasePending = new WeakSet<Trx>();
   readonly stats = { storeBatches: 0, stored: 0, applyBatches: 0, applied: 0, maxStoreBatch: 0, maxApplyBatch: 0 };
 
   constructor(private readonly host: IngestHost) {}
@@ -133,7 +142,7 @@ export class EventIngest {
 
   /** Resolves when nothing is queued or being worked on. */
   async idle(): Promise<void> {
-    while (this.draining) await this.draining;
+    while (this.storing || this.applying.size) await Promise.all([this.storing, ...this.applying]);
   }
 
   private queueApply(terminalId: string, journal: string | null, events: number, waiter?: () => void): void {
@@ -145,21 +154,63 @@ export class EventIngest {
   }
 
   private kick(): void {
-    if (this.draining) return;
+    this.kickStore();
+    this.kickApply();
+  }
+
+  /**
+   * The store loop does not wait for the apply: an event's PUBACK means "stored", and the broker
+   * hands over only so many unacknowledged messages at a time (an external broker's in-flight
+   * window, e.g. Mosquitto's max_inflight_messages of 20), so a store waiting behind an apply
+   * batch held the whole window back for the apply's length: about 20 events per apply cycle. The
+   * apply loop takes the terminals of committed stores, so it still reads only what is committed.
+   */
+  private kickStore(): void {
+    if (this.storing || !this.arrivals.length) return;
     // what arrives in this turn of the event loop joins the first batch
-    this.draining = new Promise<void>((r) => setImmediate(r))
-      .then(() => this.drain())
+    this.storing = new Promise<void>((r) => setImmediate(r))
+      .then(async () => {
+        while (this.arrivals.length) {
+          await this.storeBatch(this.arrivals.splice(0, STORE_MAX));
+          this.kickApply();
+        }
+      })
       .catch((err) => this.log.error({ err: (err as Error).message }, 'edge event ingestion failed'))
       .finally(() => {
-        this.draining = null;
-        if (this.arrivals.length || this.toApply.size) this.kick();
+        this.storing = null;
+        this.kick();
       });
   }
 
-  private async drain(): Promise<void> {
-    while (this.arrivals.length || this.toApply.size) {
-      if (this.arrivals.length) await this.storeBatch(this.arrivals.splice(0, STORE_MAX));
-      if (!this.toApply.size) continue;
+  /**
+   * Starts apply loops while there are terminals to advance that no loop holds. On PostgreSQL up to
+   * APPLY_LOOPS_PG run side by side, each its own transaction on its own connection over terminals
+   * of its own: an apply is a chain of round trips (a few per event), so one loop leaves the
+   * service mostly waiting. Terminals are locked in the order of their ids in every loop and
+   * instance, as before. SQLite: one loop (one writer).
+   */
+  private kickApply(): void {
+    const loops = this.ctx.db.engine === 'postgres' ? APPLY_LOOPS_PG : 1;
+    while (this.applying.size < loops && this.eligible()) {
+      const p: Promise<void> = new Promise<void>((r) => setImmediate(r))
+        .then(() => this.drainApply())
+        .catch((err) => this.log.error({ err: (err as Error).message }, 'edge event ingestion failed'))
+        .finally(() => {
+          this.applying.delete(p);
+          this.kick();
+        });
+      this.applying.add(p);
+    }
+  }
+
+  /** a terminal waits to be advanced that no apply loop holds */
+  private eligible(): boolean {
+    for (const id of this.toApply.keys()) if (!this.inApply.has(id)) return true;
+    return false;
+  }
+
+  private async drainApply(): Promise<void> {
+    while (this.toApply.size) {
       if (!this.host.running()) {
         // stopped: what is stored stays unprocessed, the next start's retry applies it
         for (const e of this.toApply.values()) for (const w of e.waiters) w();
@@ -169,16 +220,23 @@ export class EventIngest {
       const batch = new Map<string, { journals: Set<string | null>; events: number; waiters: (() => void)[] }>();
       let events = 0;
       for (const [id, e] of this.toApply) {
+        if (this.inApply.has(id)) continue; // another loop advances it; it is taken again after that
         if (batch.size && events + e.events > APPLY_MAX) break;
         batch.set(id, e);
         events += e.events;
       }
-      for (const id of batch.keys()) this.toApply.delete(id);
+      if (!batch.size) return;
+      for (const id of batch.keys()) {
+        this.toApply.delete(id);
+        this.inApply.add(id);
+      }
       try {
         await this.applyBatch(batch);
       } finally {
+        for (const id of batch.keys()) this.inApply.delete(id);
         for (const e of batch.values()) for (const w of e.waiters) w();
       }
+      this.kickApply();
     }
   }
 
@@ -366,11 +424,30 @@ export class EventIngest {
     return <R>(text: string, params: readonly unknown[]) => rawQuery<R>(trx, db, text, params);
   }
 
-  /** SAVEPOINT / RELEASE / ROLLBACK TO around one event (SQLite: straight on the handle, as tx.ts does). */
-  private async savepoint(trx: Trx, what: 'SAVEPOINT edge_event' | 'RELEASE SAVEPOINT edge_event' | 'ROLLBACK TO SAVEPOINT edge_event'): Promise<void> {
+  /**
+   * SAVEPOINT / RELEASE / ROLLBACK TO around one event. SQLite: straight on the handle, as tx.ts
+   * does. PostgreSQL: each is a round trip, so the RELEASE of an event that succeeded is sent
+   * with the next event's SAVEPOINT in one simple query (`releasePending`), and a rollback with
+   * its RELEASE; a savepoint left unreleased at the end is released by the COMMIT. Statements run
+   * between (the cursor, the next terminal's reads) belong to a savepoint no one rolls back to.
+   */
+  private async savepoint(trx: Trx, what: 'begin' | 'release' | 'rollback'): Promise<void> {
     const db = this.ctx.db;
-    if (db.engine === 'sqlite') sqliteStatement(db.sqlite!, what).run();
-    else await trx.executeQuery(CompiledQuery.raw(what));
+    if (db.engine === 'sqlite') {
+      if (what === 'begin') sqliteStatement(db.sqlite!, 'SAVEPOINT edge_event').run();
+      else {
+        if (what === 'rollback') sqliteStatement(db.sqlite!, 'ROLLBACK TO SAVEPOINT edge_event').run();
+        sqliteStatement(db.sqlite!, 'RELEASE SAVEPOINT edge_event').run();
+      }
+      return;
+    }
+    if (what === 'release') {
+      this.releasePending.add(trx);
+      return;
+    }
+    const pending = this.releasePending.delete(trx);
+    const text = what === 'begin' ? (pending ? 'RELEASE SAVEPOINT edge_event; SAVEPOINT edge_event' : 'SAVEPOINT edge_event') : 'ROLLBACK TO SAVEPOINT edge_event; RELEASE SAVEPOINT edge_event';
+    await trx.executeQuery(CompiledQuery.raw(text));
   }
 
   /**
@@ -510,15 +587,14 @@ export class EventIngest {
     const finish = async (outcome: string) => {
       await exec('UPDATE edge_events SET processed = 1, outcome = ? WHERE event_id = ? AND processed = 0', [outcome, row.event_id]);
     };
-    await this.savepoint(trx, 'SAVEPOINT edge_event');
+    await this.savepoint(trx, 'begin');
     try {
       const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish);
-      await this.savepoint(trx, 'RELEASE SAVEPOINT edge_event');
+      await this.savepoint(trx, 'release');
       this.stats.applied++;
       return ok;
     } catch (err) {
-      await this.savepoint(trx, 'ROLLBACK TO SAVEPOINT edge_event');
-      await this.savepoint(trx, 'RELEASE SAVEPOINT edge_event');
+      await this.savepoint(trx, 'rollback');
       // a deadlock or serialization failure: the whole batch runs again (PgTxRunner)
       if (isRetryablePgError(err)) throw err;
       if (err instanceof ApiError) {

@@ -53,6 +53,10 @@ const CHUNK = 300;
 export const PUSH_IN_FLIGHT_MS = 15_000;
 /** how long the terminal -> pick up point mapping is cached (a terminal moved by provisioning: at most this late) */
 const PUP_CACHE_MS = 30_000;
+/** the first full reconcile after start, at the latest (edge.reconcileSeconds when shorter) */
+const FIRST_RECONCILE_MS = 5_000;
+/** every this many reconciles, every online terminal is checked (else only those not verified since their point's last change) */
+const FULL_RECONCILE_EVERY = 10;
 
 /** A push this instance made: the epoch, the version it brings the terminal to, the base (null: a full snapshot). */
 interface RecentPush {
@@ -60,6 +64,8 @@ interface RecentPush {
   base: number | null;
   version: number;
   atMs: number;
+  /** the order of this instance's pushes (codes and locker lists counted together) */
+  seq: number;
 }
 
 /**
@@ -90,6 +96,11 @@ export class EdgeSync implements Worker {
   private pollLoop: Promise<void> | null = null;
   private wakePoll: (() => void) | null = null;
   private lastReconcile = 0;
+  private firstReconcile = true;
+  private reconciles = 0;
+  /** terminal -> its pick up point's marker when this instance last found its codes up to date (or pushed them) */
+  private readonly verified = new Map<string, string>();
+  private startedAtMs = 0;
   private lastRetry = 0;
   private subscribed = false;
   private unlisten: (() => void) | null = null;
@@ -106,6 +117,7 @@ export class EdgeSync implements Worker {
   private readonly recentLockers = new Map<string, RecentPush[]>();
   /** terminal id -> pick up point (null: not provisioned), cached for PUP_CACHE_MS */
   private readonly pupCache = new Map<string, { pup: string | null; atMs: number }>();
+  private pushSeq = 0;
   /** statuses and sync requests not answered with a snapshot because one was on its way */
   snapshotsAvoided = 0;
 
@@ -139,6 +151,12 @@ export class EdgeSync implements Worker {
       // embedded broker: an event is stored before the terminal gets its PUBACK
       await this.bus.subscribe(edgeTopics.allUp('events'), (t, p) => this.route(t, p, (id) => this.trackStoring(this.onEvent(id, p))), { beforeAck: true, shared: true });
     }
+    // the first reconcile waits a little and leaves out the terminals that announced themselves
+    // meanwhile (their status already brought their codes up to date): after a restart, a fleet
+    // reconnecting at once does not pay for the same check twice
+    this.startedAtMs = this.ctx.clock.now().getTime();
+    this.lastReconcile = Date.now() - Math.max(0, this.ctx.config.edge.reconcileSeconds * 1000 - FIRST_RECONCILE_MS);
+    this.firstReconcile = true;
     this.pollLoop = this.loop();
     this.log.info('edge sync started');
   }
@@ -203,21 +221,42 @@ export class EdgeSync implements Worker {
     return pup;
   }
 
-  private notePush(map: Map<string, RecentPush[]>, terminalId: string, p: Omit<RecentPush, 'atMs'>): void {
+  private notePush(map: Map<string, RecentPush[]>, terminalId: string, p: Omit<RecentPush, 'atMs' | 'seq'>): void {
     const nowMs = Date.now();
     const list = (map.get(terminalId) ?? []).filter((x) => nowMs - x.atMs < PUSH_IN_FLIGHT_MS);
-    list.push({ ...p, atMs: nowMs });
+    list.push({ ...p, atMs: nowMs, seq: ++this.pushSeq });
     if (list.length > 16) list.splice(0, list.length - 16);
     map.set(terminalId, list);
   }
 
-  /** A status shows `held`: the pushes up to that version reached the terminal; older statuses are answered again. */
-  private confirmed(map: Map<string, RecentPush[]>, terminalId: string, held: { epoch: string | null; version: number }): void {
-    const list = map.get(terminalId);
-    if (!list) return;
-    const left = list.filter((p) => !(p.epoch === held.epoch && p.version <= held.version));
-    if (left.length) map.set(terminalId, left);
-    else map.delete(terminalId);
+  /**
+   * A status shows the codes (and locker list) held: the pushes up to those versions reached the
+   * terminal, and are no longer on their way. A push made before one that arrived, and not held,
+   * was lost (one connection delivers in order: e.g. a snapshot published before the terminal's
+   * subscription was in place, while the locker list after it arrived): no longer on its way either,
+   * so the status is answered.
+   */
+  private confirmed(terminalId: string, codes: { epoch: string | null; version: number }, lockers: { epoch: string | null; version: number } | null): void {
+    const lists: [Map<string, RecentPush[]>, { epoch: string | null; version: number } | null][] = [
+      [this.recentCodes, codes],
+      [this.recentLockers, lockers],
+    ];
+    const held = (p: RecentPush, h: { epoch: string | null; version: number } | null) => h !== null && p.epoch === h.epoch && p.version <= h.version;
+    // the push that brought the version held is known to have arrived: the first one of that version
+    // (a locker list can be pushed again under the same version; the later copy may still be on its way)
+    let arrived = -1;
+    for (const [map, h] of lists) {
+      let first = Infinity;
+      for (const p of map.get(terminalId) ?? []) if (h !== null && p.epoch === h.epoch && p.version === h.version) first = Math.min(first, p.seq);
+      if (first !== Infinity) arrived = Math.max(arrived, first);
+    }
+    for (const [map, h] of lists) {
+      const list = map.get(terminalId);
+      if (!list) continue;
+      const left = list.filter((p) => !held(p, h) && p.seq > arrived);
+      if (left.length) map.set(terminalId, left);
+      else map.delete(terminalId);
+    }
   }
 
   private sweepRecent(): void {
@@ -230,11 +269,13 @@ export class EdgeSync implements Worker {
   private async ensureTerminal(terminalId: string) {
     const found = await this.db.selectFrom('edge_terminals').selectAll().where('terminal_id', '=', terminalId).executeTakeFirst();
     if (found) return found;
-    await this.db
-      .insertInto('edge_terminals')
-      .values({ terminal_id: terminalId, epoch: newUid(), codes_version: 0, online: 0, status_at: null, last_status: null, last_seq: 0, updated_at: this.nowDb() })
-      .onConflict((oc) => oc.column('terminal_id').doNothing())
-      .execute();
+    await this.write((db) =>
+      db
+        .insertInto('edge_terminals')
+        .values({ terminal_id: terminalId, epoch: newUid(), codes_version: 0, online: 0, status_at: null, last_status: null, last_seq: 0, updated_at: this.nowDb() })
+        .onConflict((oc) => oc.column('terminal_id').doNothing())
+        .execute(),
+    );
     return this.db.selectFrom('edge_terminals').selectAll().where('terminal_id', '=', terminalId).executeTakeFirstOrThrow();
   }
 
@@ -287,8 +328,7 @@ export class EdgeSync implements Worker {
     if (msg.state !== 'online') return;
     const held = msg.codes;
     // what the status shows held has arrived: those pushes are no longer on their way
-    this.confirmed(this.recentCodes, terminalId, held);
-    if (msg.lockers) this.confirmed(this.recentLockers, terminalId, msg.lockers);
+    this.confirmed(terminalId, held, msg.lockers ?? null);
     void this.serial(terminalId, async () => {
       const row = await this.ensureTerminal(terminalId);
       // Snapshot ping-pong: a status is sent when the terminal took a push in, so one that names an
@@ -377,12 +417,17 @@ export class EdgeSync implements Worker {
   async pushChanges(terminalId: string, changedAt = performance.now()): Promise<void> {
     const pup = await this.terminalPup(terminalId);
     if (!pup) return;
+    // the point's marker before the codes are read: a change after it moves the marker again
+    const marker = this.markers.get(pup);
+    const verified = () => {
+      if (marker !== undefined) this.verified.set(terminalId, marker);
+    };
     for (let attempt = 0; attempt < 5; attempt++) {
       const codes = await currentCodes(this.db, pup);
       const row = await this.ensureTerminal(terminalId);
       const pushedRows = await this.db.selectFrom('edge_pushed_codes').select(['code_uid', 'digest']).where('terminal_id', '=', terminalId).execute();
       const diff = diffCodes(new Map(pushedRows.map((r) => [r.code_uid, r.digest])), codes);
-      if (!diff.upserts.length && !diff.revoke.length) return;
+      if (!diff.upserts.length && !diff.revoke.length) return verified();
       const version = await this.claim(terminalId, row.codes_version, async (trx) => {
         const gone = [...diff.revoke, ...diff.upserts.map((e) => e.id)];
         for (let i = 0; i < gone.length; i += CHUNK) {
@@ -396,7 +441,7 @@ export class EdgeSync implements Worker {
       await this.bus.publish(edgeTopics.down(terminalId, 'codes'), JSON.stringify(msg), { qos: 1 });
       centralMetrics.codePushDuration.observe({ kind: 'delta' }, (performance.now() - changedAt) / 1000);
       this.log.info({ terminal: terminalId, version, upserts: diff.upserts.length, revoked: diff.revoke.length }, 'code update pushed');
-      return;
+      return verified();
     }
   }
 
@@ -416,12 +461,14 @@ export class EdgeSync implements Worker {
       const row = await this.ensureTerminal(terminalId);
       let version = Number(row.lockers_version ?? 0);
       if (row.lockers_digest !== digest) {
-        const r = await this.db
-          .updateTable('edge_terminals')
-          .set({ lockers_version: version + 1, lockers_digest: digest, updated_at: this.nowDb() })
-          .where('terminal_id', '=', terminalId)
-          .where('lockers_version', '=', version)
-          .executeTakeFirst();
+        const r = await this.write((db) =>
+          db
+            .updateTable('edge_terminals')
+            .set({ lockers_version: version + 1, lockers_digest: digest, updated_at: this.nowDb() })
+            .where('terminal_id', '=', terminalId)
+            .where('lockers_version', '=', version)
+            .executeTakeFirst(),
+        );
         if (Number(r.numUpdatedRows) !== 1) continue; // another instance pushed meanwhile
         version += 1;
       } else if (!held || (held.epoch === row.epoch && held.version === version)) return;
@@ -495,7 +542,19 @@ export class EdgeSync implements Worker {
     const nowMs = Date.now();
     if (nowMs - this.lastReconcile >= this.ctx.config.edge.reconcileSeconds * 1000) {
       this.lastReconcile = nowMs;
-      const ids = await this.onlineTerminals();
+      let ids: string[];
+      const rows = await this.db.selectFrom('edge_terminals as e').innerJoin('terminals as t', 't.id', 'e.terminal_id').select(['e.terminal_id', 'e.status_at', 't.pup_uid']).where('e.online', '=', 1).execute();
+      if (this.firstReconcile) {
+        this.firstReconcile = false;
+        ids = rows.filter((r) => !r.status_at || new Date(r.status_at as string | Date).getTime() < this.startedAtMs).map((r) => r.terminal_id);
+      } else if (++this.reconciles % FULL_RECONCILE_EVERY === 0) {
+        ids = rows.map((r) => r.terminal_id);
+      } else {
+        // a terminal this instance found up to date (after its status, a push) since the last
+        // change of its point's marker needs no check: the marker poll pushes the next change
+        ids = rows.filter((r) => this.verified.get(r.terminal_id) !== this.markers.get(r.pup_uid)).map((r) => r.terminal_id);
+      }
+      if (this.verified.size > 2 * rows.length + 1000) this.verified.clear();
       await Promise.all(
         ids.map((id) =>
           this.serial(id, async () => {

@@ -18,6 +18,12 @@ export interface SubscribeOptions {
    * Embedded broker (one instance): no effect.
    */
   shared?: boolean;
+  /**
+   * With `shared` on an external broker: also take the retained messages of the filter once, when
+   * subscribing (a shared subscription gets none: MQTT 5 4.8.2), through a plain subscription that
+   * is dropped again at once. The embedded broker: no effect.
+   */
+  retained?: boolean;
 }
 
 export interface MessageBus {
