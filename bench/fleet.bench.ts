@@ -111,7 +111,11 @@ class Central {
     this.proc = p;
     p.stderr!.on('data', (d) => (this.stderr = (this.stderr + d).slice(-20_000)));
     p.on('exit', (code, signal) => (this.exited = { code, signal }));
-    const deadline = Date.now() + 60_000;
+    await this.waitReady(60_000);
+  }
+  /** until GET /ready answers 200 (throws after `ms`, or when the process exits) */
+  async waitReady(ms: number): Promise<void> {
+    const deadline = Date.now() + ms;
     for (;;) {
       if (this.exited) throw new Error(`${this.label} exited while starting: ${this.stderr.slice(-2000)}`);
       try {
@@ -120,7 +124,7 @@ class Central {
       } catch {
         /* not listening yet */
       }
-      if (Date.now() > deadline) throw new Error(`${this.label} not ready within 60 s: ${this.stderr.slice(-2000)}`);
+      if (Date.now() > deadline) throw new Error(`${this.label} not ready within ${ms / 1000} s: ${this.stderr.slice(-2000)}`);
       await sleep(100);
     }
   }
@@ -289,11 +293,24 @@ async function stormAndRestart(o: {
       await c.kill('SIGKILL');
       fleet.send('mark');
       const r0 = Date.now();
-      await c.start();
-      log(`central restarted (ready after ${Date.now() - r0} ms since the kill)`);
+      // the figure is the terminals back in sync, whether or not /ready answers meanwhile (a node
+      // busy with a reconnecting fleet may answer /ready late: that time is reported beside it)
+      const ready = c.start().then(
+        () => Date.now() - r0,
+        () => null,
+      );
       const again = await fleet.next((m) => m.type === 'progress' && m.allInSyncMs !== null && m.markedAtMs > 0, SYNC_TIMEOUT_MS, 'all in sync after the restart');
       const m1 = again ?? fleet.last;
-      restart = { what: 'the node SIGKILLed and started again', allInSyncS: m1.allInSyncMs == null ? null : m1.allInSyncMs / 1000, inSync: m1.inSyncSinceMark, attempts: m1.attempts - m0.attempts, refused: m1.refused };
+      const readyMs = await ready;
+      log(`central restarted (/ready ${readyMs === null ? 'not answered 200 within 60 s' : `after ${readyMs} ms`} since the kill)`);
+      restart = {
+        what: `the node SIGKILLed and started again; /ready answered 200 ${readyMs === null ? 'not within 60 s' : `${(readyMs / 1000).toFixed(1)} s after the kill`}`,
+        allInSyncS: m1.allInSyncMs == null ? null : m1.allInSyncMs / 1000,
+        inSync: m1.inSyncSinceMark,
+        attempts: m1.attempts - m0.attempts,
+        refused: m1.refused,
+      };
+      if (readyMs === null) await c.waitReady(120_000);
     } else {
       const k0 = Date.now();
       await Promise.all(o.centrals.map((c) => c.kill('SIGKILL')));
