@@ -6,6 +6,7 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import YAML from 'yaml';
+import { generateTerminalSecret } from '@locker/common';
 import { FleetError } from './errors';
 import type { TerminalCredentials } from './terminal';
 
@@ -40,52 +41,10 @@ export interface FleetSite {
 
 /**
  * A random secret that passes the central service's rule for high-entropy terminal secrets
- * (isHighEntropySecret, docs/edge-protocol.md "Connection"), so provisioning stores its fast
- * digest: 32 random bytes in base64url, drawn again in the rare case (about 0.1 %) that it does
- * not look random by that rule (upper and lower case and digits, the character class changing
- * at least every 3 characters on average, no character 4 times in a row, no 6-character repeat,
- * no run of 5 ascending or descending characters).
+ * (isHighEntropySecret in @locker/common, docs/edge-protocol.md "Connection"), so provisioning
+ * stores its fast digest.
  */
-export function generateSecret(): string {
-  for (;;) {
-    const s = crypto.randomBytes(32).toString('base64url');
-    if (looksRandom(s)) return s;
-  }
-}
-
-function cls(c: number): number {
-  if (c >= 65 && c <= 90) return 0;
-  if (c >= 97 && c <= 122) return 1;
-  if (c >= 48 && c <= 57) return 2;
-  return 3;
-}
-
-export function looksRandom(s: string): boolean {
-  if (!/[A-Z]/.test(s) || !/[a-z]/.test(s) || !/[0-9]/.test(s)) return false;
-  let changes = 0;
-  let run = 1;
-  let up = 1;
-  let down = 1;
-  const grams = new Set<string>();
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (i > 0) {
-      const p = s.charCodeAt(i - 1);
-      if (cls(c) !== cls(p)) changes++;
-      run = c === p ? run + 1 : 1;
-      up = c === p + 1 ? up + 1 : 1;
-      down = c === p - 1 ? down + 1 : 1;
-      if (run >= 4 || up >= 5 || down >= 5) return false;
-    }
-    // 4-character repeats are refused in strings under 40 characters: be strict for any length
-    if (i >= 3) {
-      const gram = s.slice(i - 3, i + 1);
-      if (grams.has(gram)) return false;
-      grams.add(gram);
-    }
-  }
-  return changes >= s.length / 3;
-}
+export const generateSecret = generateTerminalSecret;
 
 const hex = (bytes: number) => crypto.randomBytes(bytes).toString('hex');
 

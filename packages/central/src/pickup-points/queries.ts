@@ -1,7 +1,7 @@
 // Read model of pick up points and their lockers for the tenant API. Every query is scoped to the
 // calling tenant: a PUP the tenant does not manage is indistinguishable from an unknown one.
 // The same fixed SQL texts on SQLite and PostgreSQL, prepared once (db/prepared-read.ts).
-import type { LockersTable } from '../db/schema';
+import type { LockersTable, PupsTable } from '../db/schema';
 import type { Db } from '../db/database';
 import { preparedReader, sqlitePage, type ReadAll } from '../db/prepared-read';
 import { ApiError } from '../errors';
@@ -106,18 +106,7 @@ const lockerTexts = (where: string) => ({
 const LOCKER_TEXTS = { all: lockerTexts('pup_uid = ?'), free: lockerTexts('pup_uid = ? and booked_shipment_uid is null and active = 1') };
 const ACTIVE_LOCKERS = `select size_code, type_code, width, height, length, booked_shipment_uid, active from lockers where pup_uid = ? and ${MANAGED}`;
 
-interface PupRow {
-  uid: string;
-  name: string;
-  time_zone: string | null;
-  loc_street_name: string | null;
-  loc_mailbox: string | null;
-  loc_city: string | null;
-  loc_country_iso2: string | null;
-  delivery_address: string | null;
-  parking_address: string | null;
-  external_reference: string | null;
-}
+type PupRow = Pick<PupsTable, 'uid' | 'name' | 'time_zone' | 'loc_street_name' | 'loc_mailbox' | 'loc_city' | 'loc_country_iso2' | 'delivery_address' | 'parking_address' | 'external_reference'>;
 
 type LockerRow = Pick<LockersTable, 'uid' | 'pup_uid' | 'name' | 'width' | 'height' | 'length'>;
 
