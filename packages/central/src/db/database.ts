@@ -3,12 +3,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import BetterSqlite3 from 'better-sqlite3';
-import { Kysely, Migrator, SqliteDialect, type MigrationProvider, type Migration } from 'kysely';
+import { Kysely, Migrator, type MigrationProvider, type Migration } from 'kysely';
 import pg from 'pg';
 import type { Database } from './schema';
 import { migrations as allMigrations } from './migrations/index';
 import { withPreparedStatements } from './pg-prepared';
 import { LockerPostgresDialect } from './pg-introspector';
+import { FifoSqliteDialect } from './sqlite-dialect';
 
 export type Engine = 'sqlite' | 'postgres';
 
@@ -78,7 +79,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
   sqlite.pragma(`synchronous = ${opts.sqliteSynchronous ?? 'FULL'}`);
   sqlite.pragma('busy_timeout = 5000');
   sqlite.pragma('foreign_keys = ON');
-  const kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(sqlite) }) });
+  const kysely = new Kysely<Database>({ dialect: new FifoSqliteDialect({ database: withStatementCache(sqlite) }) });
   return makeDb(kysely, 'sqlite', { sqlite });
 }
 
