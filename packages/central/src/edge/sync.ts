@@ -92,6 +92,8 @@ export class EdgeSync implements Worker {
   private readonly log: Logger;
   private readonly chains = new Map<string, Promise<unknown>>();
   private markers = new Map<string, string>();
+  /** the markers were read once (the first poll takes them as they are: see tick) */
+  private markersRead = false;
   private timers: NodeJS.Timeout[] = [];
   private pollLoop: Promise<void> | null = null;
   private wakePoll: (() => void) | null = null;
@@ -489,20 +491,35 @@ export class EdgeSync implements Worker {
     return (await q.execute()).map((r) => r.terminal_id);
   }
 
+  /** The online terminals of these points: one query (by the point's index for one point, else every online terminal, filtered). */
+  private async onlineTerminalsAt(pups: string[]): Promise<{ id: string; pup: string }[]> {
+    if (pups.length === 1) return (await this.onlineTerminals(pups[0])).map((id) => ({ id, pup: pups[0]! }));
+    const wanted = new Set(pups);
+    const rows = await this.db.selectFrom('edge_terminals as e').innerJoin('terminals as t', 't.id', 'e.terminal_id').select(['e.terminal_id', 't.pup_uid']).where('e.online', '=', 1).execute();
+    return rows.filter((r) => wanted.has(r.pup_uid)).map((r) => ({ id: r.terminal_id, pup: r.pup_uid }));
+  }
+
   /** A pick up point's codes changed: push to its online terminals. */
   pupChanged(pupUid: string): void {
+    this.pupsChanged([pupUid]);
+  }
+
+  /** Pick up points whose codes changed: push to their online terminals (one lookup for all of them). */
+  private pupsChanged(pups: string[]): void {
     if (!this.running) return;
-    // a push already queued for this point reads the codes later than this change: it carries it
-    if (this.pendingPups.has(pupUid)) return;
-    this.pendingPups.add(pupUid);
+    // a push already queued for a point reads the codes later than this change: it carries it
+    const fresh = pups.filter((p) => !this.pendingPups.has(p));
+    if (!fresh.length) return;
+    for (const p of fresh) this.pendingPups.add(p);
     const changedAt = performance.now();
-    void this.onlineTerminals(pupUid)
-      .then((ids) => {
-        if (!ids.length) this.pendingPups.delete(pupUid);
+    void this.onlineTerminalsAt(fresh)
+      .then((rows) => {
+        const reached = new Set(rows.map((r) => r.pup));
+        for (const p of fresh) if (!reached.has(p)) this.pendingPups.delete(p);
         return Promise.all(
-          ids.map((id) =>
+          rows.map(({ id, pup }) =>
             this.serial(id, async () => {
-              this.pendingPups.delete(pupUid);
+              this.pendingPups.delete(pup);
               await this.pushChanges(id, changedAt);
               await this.pushLockers(id);
             }),
@@ -510,8 +527,8 @@ export class EdgeSync implements Worker {
         );
       })
       .catch((err) => {
-        this.pendingPups.delete(pupUid);
-        this.log.error({ err: (err as Error).message, pup: pupUid }, 'code push failed');
+        for (const p of fresh) this.pendingPups.delete(p);
+        this.log.error({ err: (err as Error).message, pups: fresh.length === 1 ? fresh[0] : fresh.length }, 'code push failed');
       });
   }
 
@@ -536,6 +553,13 @@ export class EdgeSync implements Worker {
   private async tick(): Promise<void> {
     this.sweepRecent();
     const markers = await this.readMarkers();
+    // the first poll only learns the markers: what changed before it is brought to the terminals by
+    // their statuses (a reconnecting terminal's status is compared with its codes) and by the first
+    // reconcile (FIRST_RECONCILE_MS after start: the online terminals that sent no status since).
+    // Taking every point as changed pushed to every terminal marked online, connected or not: after a
+    // restart with 10,000 terminals that queue held the start (and /ready) for over a minute
+    const first = !this.markersRead;
+    this.markersRead = true;
     const changed = [...markers.entries()].filter(([pup, mk]) => this.markers.get(pup) !== mk).map(([pup]) => pup);
     for (const pup of this.markers.keys()) if (!markers.has(pup)) changed.push(pup);
     this.markers = markers;
@@ -563,8 +587,8 @@ export class EdgeSync implements Worker {
           }),
         ),
       );
-    } else {
-      for (const pup of changed) this.pupChanged(pup);
+    } else if (!first && changed.length) {
+      this.pupsChanged(changed);
     }
     if (nowMs - this.lastRetry >= this.ctx.config.edge.retrySeconds * 1000) {
       this.lastRetry = nowMs;

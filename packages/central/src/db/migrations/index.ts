@@ -23,6 +23,7 @@ import * as m406 from './406_pin_throttle';
 import * as m407 from './407_account_search';
 import * as m408 from './408_edge_lockers';
 import * as m409 from './409_terminal_secret_fast';
+import * as m410 from './410_terminals_pup';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -47,4 +48,5 @@ export const migrations: Record<string, Migration> = {
   '407_account_search': m407,
   '408_edge_lockers': m408,
   '409_terminal_secret_fast': m409,
+  '410_terminals_pup': m410,
 };
