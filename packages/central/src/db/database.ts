@@ -21,6 +21,14 @@ export interface Db {
   close(): Promise<void>;
   /** The raw better-sqlite3 handle (SQLite only), for engine-specific work such as group commit. */
   readonly sqlite?: BetterSqlite3.Database;
+  /**
+   * SQLite in a file: one row of a fixed SQL text read at once from a second, read-only
+   * connection. WAL lets it read beside the writer: it sees committed rows only, and it never
+   * waits in the queue for the one writing connection (which a transaction holds across awaits).
+   * For reads that must not queue behind the writer's work, e.g. a terminal's login during a
+   * reconnect storm. Absent for PostgreSQL and an in-memory SQLite database.
+   */
+  readonly committedGet?: <R>(text: string, params: readonly unknown[]) => R | undefined;
   readonly pool?: pg.Pool;
 }
 
@@ -80,7 +88,41 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
   sqlite.pragma('busy_timeout = 5000');
   sqlite.pragma('foreign_keys = ON');
   const kysely = new Kysely<Database>({ dialect: new FifoSqliteDialect({ database: withStatementCache(sqlite) }) });
-  return makeDb(kysely, 'sqlite', { sqlite });
+  const reader = file === ':memory:' || file === '' ? null : committedReader(file);
+  const db = makeDb(kysely, 'sqlite', { sqlite, ...(reader ? { committedGet: reader.get } : {}) });
+  if (!reader) return db;
+  return {
+    ...db,
+    async close() {
+      reader.close();
+      await db.close();
+    },
+  };
+}
+
+/** The read-only second connection behind Db.committedGet: opened at the first read (after migrations), statements prepared once. */
+function committedReader(file: string) {
+  let conn: BetterSqlite3.Database | null = null;
+  const statements = new Map<string, BetterSqlite3.Statement>();
+  return {
+    get<R>(text: string, params: readonly unknown[]): R | undefined {
+      if (!conn) {
+        conn = new BetterSqlite3(file, { readonly: true, fileMustExist: true });
+        conn.pragma('busy_timeout = 5000');
+      }
+      let st = statements.get(text);
+      if (!st) {
+        st = conn.prepare(text);
+        statements.set(text, st);
+      }
+      return st.get(...(params as unknown[])) as R | undefined;
+    },
+    close() {
+      conn?.close();
+      conn = null;
+      statements.clear();
+    },
+  };
 }
 
 /**
@@ -104,7 +146,7 @@ function withStatementCache(sqlite: BetterSqlite3.Database, max = 1000) {
   };
 }
 
-function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool }, pgSchema?: string): Db {
+function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool; committedGet?: Db['committedGet'] }, pgSchema?: string): Db {
   return {
     kysely,
     engine,

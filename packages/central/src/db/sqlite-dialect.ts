@@ -11,11 +11,23 @@
 // line and wakes no one else: O(1) per query. Kysely's own mutex stays underneath, uncontended.
 import { SqliteDialect, SqliteDriver, type DatabaseConnection, type Driver, type SqliteDialectConfig } from 'kysely';
 
+/**
+ * How long queries may follow one another without letting the event loop read its sockets. The
+ * driver is synchronous, so a hand-over resumes the next waiter in a microtask: a queue of
+ * thousands (a reconnect storm's statuses and snapshots) drained in one go, and the loop stalled
+ * for seconds (measured: 0.6-3 s) with CONNECTs unread, so terminals missed their CONNACK timeout
+ * and retried. Past this slice the next hand-over waits for setImmediate (after the I/O phase).
+ */
+export const FIFO_SLICE_MS = 10;
+
 /** A mutex whose release resumes exactly one waiter, the longest waiting. */
 export class FifoMutex {
   private held = false;
   private readonly waiters: (() => void)[] = [];
   private head = 0;
+  private sliceStart = 0;
+
+  constructor(private readonly sliceMs = FIFO_SLICE_MS) {}
 
   lock(): Promise<void> {
     if (!this.held) {
@@ -34,8 +46,16 @@ export class FifoMutex {
         this.waiters.splice(0, this.head);
         this.head = 0;
       }
-      next();
+      const now = performance.now();
+      if (this.sliceStart === 0) this.sliceStart = now;
+      if (now - this.sliceStart < this.sliceMs) next();
+      else {
+        // the connection stays held for `next` meanwhile: nobody overtakes it
+        this.sliceStart = 0;
+        setImmediate(next);
+      }
     } else {
+      this.sliceStart = 0;
       this.held = false;
       this.waiters.length = 0;
       this.head = 0;

@@ -5,6 +5,7 @@ import net from 'node:net';
 import { Aedes, type AedesPublishPacket, type Client } from 'aedes';
 import { indexRetained, type RetainedIndex, type RetainedPersistence } from './retained-index';
 import type { Kysely } from 'kysely';
+import type { Db } from '../db/database';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
 import type { DigestKey } from '../auth/terminal-secret-digest';
@@ -16,6 +17,8 @@ export interface EmbeddedBrokerOptions {
   host: string;
   port: number;
   db: Kysely<Database>;
+  /** SQLite in a file: reads of committed rows beside the writer (Db.committedGet), for the terminals' logins */
+  committedGet?: Db['committedGet'];
   log: Logger;
   /** when the port is taken (say by a system Mosquitto), listen on a free one instead of failing */
   fallbackToFreePort?: boolean;
@@ -83,6 +86,8 @@ export const LISTEN_BACKLOG = 65_535;
 
 export const AEDES_CONCURRENCY = 0;
 
+const TERMINAL_SECRET_SQL = 'SELECT secret_hash, secret_fast FROM terminals WHERE id = ?';
+
 /** The terminal messages the embedded broker never acknowledges unless a handler stored them. */
 export const STORED_BEFORE_ACK = [`${TOPIC_ROOT}/+/up/events`];
 
@@ -105,7 +110,12 @@ export class EmbeddedBroker implements MessageBus {
     this.log = opts.log.child({ ns: 'central.mqtt.broker' });
     this.logins = new TerminalLogins({
       lookup: async (id) => {
-        const row = await opts.db.selectFrom('terminals').select(['secret_hash', 'secret_fast']).where('id', '=', id).executeTakeFirst();
+        // SQLite in a file: read at once beside the writer (Db.committedGet), not queued behind the
+        // edge sync's work: in a reconnect storm a login that waited there for the one connection
+        // missed the terminal's CONNACK timeout, and every retry queued one more
+        const row = opts.committedGet
+          ? opts.committedGet<{ secret_hash: string; secret_fast: string | null }>(TERMINAL_SECRET_SQL, [id])
+          : await opts.db.selectFrom('terminals').select(['secret_hash', 'secret_fast']).where('id', '=', id).executeTakeFirst();
         return row ? { hash: row.secret_hash, fast: row.secret_fast } : null;
       },
       digestKey: opts.terminalDigestKey,
