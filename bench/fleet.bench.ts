@@ -105,9 +105,9 @@ class Central {
   get base(): string {
     return `http://127.0.0.1:${this.httpPort}`;
   }
-  async start(): Promise<void> {
+  async start(nodeArgs: string[] = []): Promise<void> {
     this.exited = null;
-    const p = spawn(process.execPath, [...NODE_TS, CENTRAL_CLI, 'serve'], { env: this.env, stdio: ['ignore', 'ignore', 'pipe'], cwd: ROOT });
+    const p = spawn(process.execPath, [...nodeArgs, ...NODE_TS, CENTRAL_CLI, 'serve'], { env: this.env, stdio: ['ignore', 'ignore', 'pipe'], cwd: ROOT });
     this.proc = p;
     p.stderr!.on('data', (d) => (this.stderr = (this.stderr + d).slice(-20_000)));
     p.on('exit', (code, signal) => (this.exited = { code, signal }));
@@ -295,7 +295,11 @@ async function stormAndRestart(o: {
       const r0 = Date.now();
       // the figure is the terminals back in sync, whether or not /ready answers meanwhile (a node
       // busy with a reconnecting fleet may answer /ready late: that time is reported beside it)
-      const ready = c.start().then(
+      // BENCH_FLEET_RESTART_NODE_ARGS: node options for the restarted node, e.g. a V8 tick log
+      // ('--prof --logfile=/tmp/v8.log --no-logfile-per-isolate', read with node --prof-process);
+      // it is stopped once the restart is measured and started again without them
+      const nodeArgs = (process.env.BENCH_FLEET_RESTART_NODE_ARGS ?? '').split(' ').filter(Boolean);
+      const ready = c.start(nodeArgs).then(
         () => Date.now() - r0,
         () => null,
       );
@@ -310,7 +314,10 @@ async function stormAndRestart(o: {
         attempts: m1.attempts - m0.attempts,
         refused: m1.refused,
       };
-      if (readyMs === null) await c.waitReady(120_000);
+      if (nodeArgs.length) {
+        await c.kill('SIGTERM');
+        await c.start();
+      } else if (readyMs === null) await c.waitReady(120_000);
     } else {
       const k0 = Date.now();
       await Promise.all(o.centrals.map((c) => c.kill('SIGKILL')));

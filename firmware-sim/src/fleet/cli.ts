@@ -184,7 +184,7 @@ function progressLine(m: FleetMetrics): string {
   const refused = Object.entries(m.refused)
     .map(([k, v]) => `${k}:${v}`)
     .join(' ');
-  return `${(m.t / 1000).toFixed(0)} s: connected ${m.connected}/${m.terminals}, in sync ${m.inSync} (all in sync: ${s(m.allInSyncMs)}), attempts ${m.attempts}${refused ? `, refused ${refused}` : ''}, events acked ${m.events.acked}/${m.events.journalled} (${m.events.ackedPerSecond}/s, backlog ${m.events.backlog}), codes ${m.codes.arrived}`;
+  return `${(m.t / 1000).toFixed(0)} s: connected ${m.connected}/${m.terminals}, in sync ${m.inSync} (all in sync: ${s(m.allInSyncMs)}), attempts ${m.attempts}${refused ? `, refused ${refused}` : ''}, events acked ${m.events.acked}/${m.events.journalled} (${m.events.ackedPerSecond}/s, backlog ${m.events.backlog}), codes ${m.codes.arrived}, simulator loop delay max ${m.simLagMaxMs} ms`;
 }
 
 async function generate(a: FleetGenerateArgs): Promise<number> {

@@ -4,6 +4,7 @@
 // since a mark, e.g. a restart of the central service), code arrival latencies, events journalled,
 // published, acknowledged (committed by the central service) and their rate.
 import { EventEmitter } from 'node:events';
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import type { IClientOptions } from 'mqtt';
 import type { CodeEntry } from '@locker/common';
 import { SimTerminal, type TerminalCredentials, type TerminalObserver } from './terminal';
@@ -58,6 +59,11 @@ export interface FleetMetrics {
   codes: { snapshots: number; deltas: number; arrived: number; fromDeltas: number; deltaLatencyMs: { n: number; p50: number | null; p99: number | null; max: number | null } };
   events: { journalled: number; published: number; resent: number; acked: number; backlog: number; ackedPerSecond: number };
   commands: { answered: number; ok: number; duplicates: number };
+  /**
+   * the simulator's own event-loop delay in the last second, max (ms): when it is long, the
+   * simulator itself is the bottleneck (a CONNACK read late, after its connect timeout fired)
+   */
+  simLagMaxMs: number;
 }
 
 export function percentile(sorted: readonly number[], p: number): number | null {
@@ -96,6 +102,8 @@ export class Fleet extends EventEmitter implements TerminalObserver {
   private pacer: NodeJS.Timeout | null = null;
   private generator: NodeJS.Timeout | null = null;
   private stopping = false;
+  private lag: IntervalHistogram | null = null;
+  private lagMaxMs = 0;
 
   constructor(opts: FleetOptions) {
     super();
@@ -135,6 +143,8 @@ export class Fleet extends EventEmitter implements TerminalObserver {
   /** Connects every terminal, paced at connectRate per second with jitter. */
   start(): void {
     this.started = Date.now();
+    this.lag = monitorEventLoopDelay({ resolution: 10 });
+    this.lag.enable();
     this.markAt = this.started;
     const rate = this.o.connectRate;
     let next = 0;
@@ -158,6 +168,10 @@ export class Fleet extends EventEmitter implements TerminalObserver {
     this.ticker = setInterval(() => {
       const now = Date.now();
       for (const t of this.terminals) t.tick(now);
+      if (this.lag) {
+        this.lagMaxMs = Math.round(this.lag.max / 1e6);
+        this.lag.reset();
+      }
       this.ackWindow.push({ at: now, acked: this.ev.acked });
       while (this.ackWindow.length > 6) this.ackWindow.shift();
       this.emit('tick', this.metrics());
@@ -285,6 +299,7 @@ export class Fleet extends EventEmitter implements TerminalObserver {
       },
       events: { ...this.ev, journalled, backlog, ackedPerSecond: Math.round(ackedPerSecond) },
       commands: { ...this.cmd },
+      simLagMaxMs: this.lagMaxMs,
     };
   }
 
@@ -305,6 +320,7 @@ export class Fleet extends EventEmitter implements TerminalObserver {
     this.stopEvents();
     if (this.pacer) clearInterval(this.pacer);
     if (this.ticker) clearInterval(this.ticker);
+    this.lag?.disable();
     this.pacer = this.ticker = null;
     const all = this.terminals;
     for (let i = 0; i < all.length; i += 500) await Promise.all(all.slice(i, i + 500).map((t) => t.stop(offline)));
