@@ -283,3 +283,21 @@ describeEngines('migration 409 and provisioning: the fast digest column', (engin
     }
   });
 });
+
+describe('a login by the fast digest from a connection that already closed', () => {
+  it('is not let in (abandoned: no CONNACK to nobody, no last will of a connection that never served)', async () => {
+    const { TerminalLogins } = await import('../src/mqtt/terminal-auth');
+    const secret = generateTerminalSecret();
+    const hash = hashSecret(secret);
+    const logins = new TerminalLogins({ lookup: async () => ({ hash, fast: terminalSecretDigest(key, 'term-x', hash, secret) }), digestKey: key, log: createLogger({ level: 'silent' }) });
+    try {
+      const attempt = (closed: boolean) => logins.login({ clientId: 'term-x', username: 'term-x', password: Buffer.from(secret), address: '127.0.0.1', isClosed: () => closed });
+      expect(await attempt(true)).toBe('abandoned');
+      expect(await attempt(false)).toBe('ok');
+      expect(logins.stats().fastChecks).toBe(2);
+      expect(logins.stats().failures).toBe(0); // an abandoned attempt is no failed login
+    } finally {
+      logins.close();
+    }
+  });
+});

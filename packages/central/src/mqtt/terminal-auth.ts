@@ -187,6 +187,12 @@ export class TerminalLogins {
       if (fast !== 'unusable') {
         // one HMAC decided it: no scrypt, no admission slot
         this.fastChecks++;
+        // a connection whose terminal already gave up (its end arrived with its CONNECT, e.g. it
+        // waited in the accept queue past its connect timeout) is not let in: its CONNACK would go
+        // nowhere and its last will would record a status for a connection that never served. The
+        // end is read in the same turn of the loop as the CONNECT, after it: one turn first
+        await new Promise((r) => setImmediate(r));
+        if (a.isClosed()) return 'abandoned';
         if (fast === 'ok') {
           this.succeeded(clientKey, addressKey);
           return 'ok';
