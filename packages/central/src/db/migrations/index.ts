@@ -24,6 +24,7 @@ import * as m407 from './407_account_search';
 import * as m408 from './408_edge_lockers';
 import * as m409 from './409_terminal_secret_fast';
 import * as m410 from './410_terminals_pup';
+import * as m411 from './411_lockers_pup_updated';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -49,4 +50,5 @@ export const migrations: Record<string, Migration> = {
   '408_edge_lockers': m408,
   '409_terminal_secret_fast': m409,
   '410_terminals_pup': m410,
+  '411_lockers_pup_updated': m411,
 };
