@@ -137,9 +137,14 @@ export class World {
   }
 
   async startAgent(): Promise<void> {
+    const statusesBefore = this.received.filter((r) => r.kind === 'status').length;
     this.agent = new Agent({ config: this.config, log: this.log });
     await this.agent.start();
     await waitFor(() => this.agent.state().mqtt.connected, 'agent connected');
+    // the agent subscribes after its CONNACK and then sends its status: a message published to it
+    // before that would find no subscription (the central service answers the status, never the
+    // CONNACK), so the world waits for the status too (when the agent talks to the world's broker)
+    if (new URL(this.config.mqtt.url).port === String(this.brokerPort)) await waitFor(() => this.received.filter((r) => r.kind === 'status').length > statusesBefore, 'agent status after its subscriptions');
     await waitFor(() => this.agent.buses.bus('bus0').boardOnline(0) && this.agent.buses.bus('bus0').boardOnline(1), 'boards online');
   }
 
