@@ -8,6 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redactUrl } from '@locker/common';
+import { newQr } from '../src/shipments/codes';
 import { createLogger } from '../src/logger';
 import { loadConfig } from '../src/config';
 import { CentralService } from '../src/service';
@@ -28,6 +29,11 @@ describe('redactUrl', () => {
     ['/docs/static/swagger-ui-bundle.js', '/docs/static/swagger-ui-bundle.js'],
     ['/v1/x/eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc', '/v1/x/[redacted]'],
     ['/v1/x/QR-unguessable-0123456789', '/v1/x/[redacted]'],
+    // QR values (24 base64url characters) without a digit: one failed this test in CI
+    ['/v1/Logistics/vZBDebBUlbLhgEoD_-kcRaEf', '/v1/Logistics/[redacted]'],
+    ['/v1/Logistics/vZBDebBUlbLhgEoDxkcRaEfq', '/v1/Logistics/[redacted]'],
+    ['/v1/Logistics/GetShipmentAccessConfig', '/v1/Logistics/GetShipmentAccessConfig'],
+    ['/docs/static/swagger-ui-standalone-preset.js', '/docs/static/swagger-ui-standalone-preset.js'],
     ['/v1/x?email=a%40b.c&pin=123456&flag', '/v1/x?email=[redacted]&pin=[redacted]&flag'],
     ['/v1/x?someone@example.com', '/v1/x?[redacted]'],
     ['https://user:pass@hooks.example.test/cb/123456?sig=abc#frag', 'https://[redacted]@hooks.example.test/cb/[redacted]?sig=[redacted]'],
@@ -37,6 +43,13 @@ describe('redactUrl', () => {
     ['/v1/Account/', '/v1/Account/'],
   ])('%s -> %s', (url, want) => {
     expect(redactUrl(url)).toBe(want);
+  });
+
+  it('every QR value the service makes is redacted in a path (10,000 drawn)', () => {
+    for (let i = 0; i < 10_000; i++) {
+      const qr = newQr();
+      expect(redactUrl(`/v1/Logistics/${qr}`), qr).toBe('/v1/Logistics/[redacted]');
+    }
   });
 });
 

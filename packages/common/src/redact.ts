@@ -112,12 +112,15 @@ export function pinoRedaction(
 // - the user:password@ part of an absolute URL;
 // - a path segment that, percent-decoded, holds an `@` (e-mail-like), white space, punctuation or
 //   non-ASCII letters (free text such as "Anna de Vries"), a run of 4 or more digits (PINs, phone
-//   numbers, codes), or is token-like: 16 or more token characters mixing letters and digits, or 40
-//   or more token characters of any kind (our route names are letters only and shorter). A single
+//   numbers, codes), or is token-like: 16 or more token characters mixing letters and digits, or
+//   holding `-` or `_` (and no dot: a file name), or letters that are not CamelCase words, or 40
+//   or more token characters of any kind (our route names are CamelCase words and shorter). A single
 //   plain word (a bare first name) cannot be told from a route word and stays.
 
 const DIGIT_RUN = /\d{4,}/;
 const TOKEN_CHARS = /^[A-Za-z0-9_\-.~+/=:]+$/;
+/** route words: GetPickUpPointAvailability, connect, token (each capital followed by small letters) */
+const CAMEL_WORDS = /^(?:[A-Z]?[a-z]+)+$/;
 
 /** Does one percent-decoded path segment or query key look like personal data or a code? */
 export function isSensitiveSegment(segment: string): boolean {
@@ -134,6 +137,11 @@ export function isSensitiveSegment(segment: string): boolean {
   if (TOKEN_CHARS.test(s)) {
     if (s.length >= 40) return true;
     if (s.length >= 16 && /\d/.test(s) && /[A-Za-z]/.test(s)) return true;
+    // a random token without a digit (a QR value of 24 base64url characters has none about once in
+    // 60): `-` or `_` without a file name's dot, or letters that do not read as words (a route's
+    // CamelCase: each capital followed by small letters)
+    if (s.length >= 16 && /[-_]/.test(s) && !s.includes('.')) return true;
+    if (s.length >= 16 && /^[A-Za-z]+$/.test(s) && !CAMEL_WORDS.test(s)) return true;
   }
   return false;
 }
