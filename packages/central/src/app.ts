@@ -22,7 +22,7 @@ import { platformRoutes } from './api/platform';
 import { idempotencyPlugin } from './http/idempotency';
 import { readyRoutes } from './http/ready';
 import { findNul } from './nul';
-import { redactUrl } from '@locker/common';
+import { redactUrl, registerRouteWords } from '@locker/common';
 import { centralMetrics, requestOutcome } from './ops/metrics';
 
 /**
@@ -358,6 +358,8 @@ export async function buildApp(ctx: AppContext, opts: BuildAppOptions = {}): Pro
     return503OnClosing: false,
     ajv: { customOptions: { coerceTypes: false } },
   });
+  // the routes' own long words stay readable in logged paths (redactUrl redacts other letter runs)
+  app.addHook('onRoute', (r) => registerRouteWords([r.url]));
   // An Expect header other than 100-continue: Node answers a bare 417 unless someone listens
   app.server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) => {
     const body = JSON.stringify({ success: false, error: 'InvalidRequest', message: `unsupported Expect header ${String(req.headers.expect ?? '').slice(0, 100)}: only 100-continue is supported` });

@@ -113,14 +113,22 @@ export function pinoRedaction(
 // - a path segment that, percent-decoded, holds an `@` (e-mail-like), white space, punctuation or
 //   non-ASCII letters (free text such as "Anna de Vries"), a run of 4 or more digits (PINs, phone
 //   numbers, codes), or is token-like: 16 or more token characters mixing letters and digits, or
-//   holding `-` or `_` (and no dot: a file name), or letters that are not CamelCase words, or 40
-//   or more token characters of any kind (our route names are CamelCase words and shorter). A single
+//   holding `-` or `_` (and no dot: a file name), or letters only and not a word of the service's
+//   routes (registerRouteWords), or 40 or more token characters of any kind. A single
 //   plain word (a bare first name) cannot be told from a route word and stays.
 
 const DIGIT_RUN = /\d{4,}/;
 const TOKEN_CHARS = /^[A-Za-z0-9_\-.~+/=:]+$/;
-/** route words: GetPickUpPointAvailability, connect, token (each capital followed by small letters) */
-const CAMEL_WORDS = /^(?:[A-Z]?[a-z]+)+$/;
+/** letters-only path segments of 16 or more characters that are the service's own route words */
+const routeWords = new Set<string>();
+
+/**
+ * The service's own routes (their paths): their letters-only segments of 16 or more characters
+ * (GetPickUpPointAvailability) stay readable in logged paths; any other such segment is redacted.
+ */
+export function registerRouteWords(paths: Iterable<string>): void {
+  for (const p of paths) for (const seg of p.split('/')) if (seg.length >= 16 && /^[A-Za-z]+$/.test(seg)) routeWords.add(seg);
+}
 
 /** Does one percent-decoded path segment or query key look like personal data or a code? */
 export function isSensitiveSegment(segment: string): boolean {
@@ -138,10 +146,11 @@ export function isSensitiveSegment(segment: string): boolean {
     if (s.length >= 40) return true;
     if (s.length >= 16 && /\d/.test(s) && /[A-Za-z]/.test(s)) return true;
     // a random token without a digit (a QR value of 24 base64url characters has none about once in
-    // 60): `-` or `_` without a file name's dot, or letters that do not read as words (a route's
-    // CamelCase: each capital followed by small letters)
+    // 60): `-` or `_` without a file name's dot, or letters only, unless they are a word of the
+    // service's own routes (registerRouteWords): no rule on the letters tells a random string from
+    // a CamelCase route name for certain
     if (s.length >= 16 && /[-_]/.test(s) && !s.includes('.')) return true;
-    if (s.length >= 16 && /^[A-Za-z]+$/.test(s) && !CAMEL_WORDS.test(s)) return true;
+    if (s.length >= 16 && /^[A-Za-z]+$/.test(s) && !routeWords.has(s)) return true;
   }
   return false;
 }
