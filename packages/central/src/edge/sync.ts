@@ -485,18 +485,12 @@ export class EdgeSync implements Worker {
     this.log.warn({ terminal: terminalId }, 'locker list: version kept moving; the next change or status will retry');
   }
 
-  private async onlineTerminals(pupUid?: string): Promise<string[]> {
-    let q = this.db.selectFrom('edge_terminals as e').innerJoin('terminals as t', 't.id', 'e.terminal_id').select('e.terminal_id').where('e.online', '=', 1);
-    if (pupUid) q = q.where('t.pup_uid', '=', pupUid);
-    return (await q.execute()).map((r) => r.terminal_id);
-  }
-
-  /** The online terminals of these points: one query (by the point's index for one point, else every online terminal, filtered). */
+  /** The online terminals of these points: one query (one point: through its index; more: every online terminal, filtered). */
   private async onlineTerminalsAt(pups: string[]): Promise<{ id: string; pup: string }[]> {
-    if (pups.length === 1) return (await this.onlineTerminals(pups[0])).map((id) => ({ id, pup: pups[0]! }));
+    let q = this.db.selectFrom('edge_terminals as e').innerJoin('terminals as t', 't.id', 'e.terminal_id').select(['e.terminal_id', 't.pup_uid']).where('e.online', '=', 1);
+    if (pups.length === 1) q = q.where('t.pup_uid', '=', pups[0]!);
     const wanted = new Set(pups);
-    const rows = await this.db.selectFrom('edge_terminals as e').innerJoin('terminals as t', 't.id', 'e.terminal_id').select(['e.terminal_id', 't.pup_uid']).where('e.online', '=', 1).execute();
-    return rows.filter((r) => wanted.has(r.pup_uid)).map((r) => ({ id: r.terminal_id, pup: r.pup_uid }));
+    return (await q.execute()).filter((r) => wanted.has(r.pup_uid)).map((r) => ({ id: r.terminal_id, pup: r.pup_uid }));
   }
 
   /** A pick up point's codes changed: push to its online terminals. */
