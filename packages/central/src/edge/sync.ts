@@ -122,6 +122,10 @@ export class EdgeSync implements Worker {
   private pushSeq = 0;
   /** statuses and sync requests not answered with a snapshot because one was on its way */
   snapshotsAvoided = 0;
+  /** per terminal, the number of the last status recorded whose answer has not run yet (see recordStatus) */
+  private readonly statusSeq = new Map<string, number>();
+  /** statuses not answered because a later one from the same terminal was recorded first */
+  statusesSuperseded = 0;
 
   constructor(
     private readonly ctx: AppContext,
@@ -331,7 +335,20 @@ export class EdgeSync implements Worker {
     const held = msg.codes;
     // what the status shows held has arrived: those pushes are no longer on their way
     this.confirmed(terminalId, held, msg.lockers ?? null);
+    // The answer runs after the work already queued for the terminal, which may include recording a
+    // later status (statuses arrive faster than they are recorded when the store is slow). Such a
+    // status says more, and its confirmed() has cleared the pushes this one's versions would be
+    // compared with: answering this one would push again what the terminal already holds, and
+    // that copy (never confirmed) would then pass for a push on its way for PUSH_IN_FLIGHT_MS,
+    // holding back the answer to the next status that really needs one. Only the last one is answered.
+    const seq = (this.statusSeq.get(terminalId) ?? 0) + 1;
+    this.statusSeq.set(terminalId, seq);
     void this.serial(terminalId, async () => {
+      if (this.statusSeq.get(terminalId) !== seq) {
+        this.statusesSuperseded++;
+        return;
+      }
+      this.statusSeq.delete(terminalId);
       const row = await this.ensureTerminal(terminalId);
       // Snapshot ping-pong: a status is sent when the terminal took a push in, so one that names an
       // older version than a push made since (snapshot or delta) was in flight while that push was:
