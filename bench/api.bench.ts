@@ -7,7 +7,8 @@
 // 2. Each endpoint of ENDPOINTS below (the seven reads of issue 15) on the central service (bearer
 //    token check, case-insensitive keys, zod validation, tenant-scoped queries, response schema),
 //    on SQLite (the embedded default, synchronous=FULL) and, when reachable, on PostgreSQL.
-// 3. The bare route again at the end: ratios are taken against the mean of both bare runs.
+// 3. The bare route again between every two rows (BENCH_API_BARE_SECONDS, default 2 s): each
+//    row's ratio is taken against the mean of the bare runs right before and right after it.
 //
 // Besides req/s, each row reports the server's CPU time per request (this process; the load
 // generator runs in its own): a cost figure that other work on a shared machine disturbs less.
@@ -54,17 +55,44 @@ function load(url: string, body: string, headers: Record<string, string>): Promi
 }
 
 function baseline(): Promise<Load> {
-  return bareBaseline(JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }), { connections: CONNECTIONS, duration: DURATION_S });
+  return bareBaseline(JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }), { connections: CONNECTIONS, duration: BARE_S });
 }
+
+/** seconds of each bare-route run between two rows (BENCH_API_BARE_SECONDS) */
+const BARE_S = Number(process.env.BENCH_API_BARE_SECONDS ?? 2);
 
 interface Row {
   engine: string;
   name: string;
   load: Load;
   check: string;
+  /** the bare route measured right before and right after this row: the row's baseline is their mean */
+  bare: [Load, Load];
 }
 
-async function measureEngine(engine: 'sqlite' | 'postgres'): Promise<Row[]> {
+/**
+ * The bare route between every two rows: the machine's speed drifts by a factor of two or more
+ * within a minute on a shared 2-core machine (docs/benchmarks.md), so each row is compared with
+ * the bare route measured right before and right after it, not with one run at each end.
+ */
+class Baselines {
+  private last: Load | null = null;
+  readonly all: Load[] = [];
+  async before(): Promise<Load> {
+    if (!this.last) {
+      this.last = await baseline();
+      this.all.push(this.last);
+    }
+    return this.last;
+  }
+  async after(): Promise<Load> {
+    this.last = await baseline();
+    this.all.push(this.last);
+    return this.last;
+  }
+}
+
+async function measureEngine(engine: 'sqlite' | 'postgres', bases: Baselines): Promise<Row[]> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-bench-api-'));
   const pgSchema = engine === 'postgres' ? `bench_${crypto.randomBytes(5).toString('hex')}` : undefined;
   const config = loadConfig({
@@ -84,7 +112,9 @@ async function measureEngine(engine: 'sqlite' | 'postgres'): Promise<Row[]> {
       const probe = await fetch(`${base}${ep.path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body });
       const answer = (await probe.json().catch(() => null)) as { success?: boolean; error?: string } | null;
       const check = probe.status === 200 && answer?.success === true ? 'ok' : `answered ${probe.status} ${answer?.error ?? ''}`.trim();
-      rows.push({ engine, name: ep.name, load: await load(`${base}${ep.path}`, body, auth), check });
+      const before = await bases.before();
+      const measured = await load(`${base}${ep.path}`, body, auth);
+      rows.push({ engine, name: ep.name, load: measured, check, bare: [before, await bases.after()] });
     }
     return rows;
   } finally {
@@ -97,31 +127,32 @@ async function measureEngine(engine: 'sqlite' | 'postgres'): Promise<Row[]> {
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
 export default async function apiBench(): Promise<{ title: string; markdown: string }> {
-  // the bare route before and after the endpoints: the machine drifts within a run, so ratios are
-  // taken against the mean of both
-  const bareBefore = await baseline();
-  const rows: Row[] = await measureEngine('sqlite');
+  const bases = new Baselines();
+  const rows: Row[] = await measureEngine('sqlite', bases);
   const pgUrl = new URL(PG_URL);
   const pgOk = await reachable(pgUrl.hostname, Number(pgUrl.port || 5432));
-  if (pgOk) rows.push(...(await measureEngine('postgres')));
-  const bareAfter = await baseline();
-  const bare: Load = { ...bareBefore, rps: (bareBefore.rps + bareAfter.rps) / 2, cpuUsPerReq: (bareBefore.cpuUsPerReq + bareAfter.cpuUsPerReq) / 2 };
+  if (pgOk) rows.push(...(await measureEngine('postgres', bases)));
+  const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const rowBare = (r: Row) => ({ rps: (r.bare[0].rps + r.bare[1].rps) / 2, cpu: (r.bare[0].cpuUsPerReq + r.bare[1].cpuUsPerReq) / 2 });
+  const all = bases.all;
+  const bare = { rps: mean(all.map((b) => b.rps)), cpu: mean(all.map((b) => b.cpuUsPerReq)), min: Math.min(...all.map((b) => b.rps)), max: Math.max(...all.map((b) => b.rps)), p50: all[0]?.p50 ?? 0, p99: Math.max(...all.map((b) => b.p99)), non2xx: all.reduce((a, b) => a + b.non2xx, 0), errors: all.reduce((a, b) => a + b.errors, 0) };
   const goal = (engine: string) => (engine === 'sqlite' ? 0.3 : 0.2);
 
   const lines = [
     `autocannon, ${CONNECTIONS} connections, ${DURATION_S} s per row, load generator in a separate process (bench/load-child.mjs; the bare route loaded the same way), loopback HTTP. ` +
-      `Ratio = requests per second (2xx only) of the endpoint / the bare fastify JSON route in this run (the mean of its runs before and after the endpoints: ${fmt(bareBefore.rps)} and ${fmt(bareAfter.rps)} req/s). ` +
+      `The bare fastify JSON route runs for ${BARE_S} s between every two rows (${all.length} runs: ${fmt(bare.min)} to ${fmt(bare.max)} req/s, mean ${fmt(bare.rps)}); ` +
+      'each row\'s ratio = its requests per second (2xx only) / the mean of the bare runs right before and right after it (column "bare req/s"). ' +
       'Goal (issue 15): >= 0.30 on SQLite, >= 0.20 on PostgreSQL. ' +
-      'CPU us/req: CPU time of the server process (user + system) per answered request; CPU ratio = the bare route\'s CPU per request / the endpoint\'s, ' +
+      'CPU us/req: CPU time of the server process (user + system) per answered request; CPU ratio = the adjacent bare runs\' CPU per request / the endpoint\'s, ' +
       'the same comparison by cost rather than by throughput (less disturbed by other work on the machine; the load generator runs in its own process).',
     '',
-    '| store | endpoint | req/s | ratio to bare route | goal | CPU us/req | CPU ratio | p50 ms | p99 ms | non-2xx | errors | check |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
-    `| - | bare fastify JSON route | ${fmt(bare.rps)} | 1.00 | - | ${bare.cpuUsPerReq.toFixed(0)} | 1.00 | ${bare.p50} | ${bare.p99} | ${bare.non2xx} | ${bare.errors} | baseline |`,
-    ...rows.map(
-      (r) =>
-        `| ${r.engine === 'sqlite' ? 'SQLite' : 'PostgreSQL'} | ${r.name} | ${fmt(r.load.rps)} | ${(r.load.rps / bare.rps).toFixed(2)} | ${goal(r.engine).toFixed(2)} | ${r.load.cpuUsPerReq.toFixed(0)} | ${(bare.cpuUsPerReq / r.load.cpuUsPerReq).toFixed(2)} | ${r.load.p50} | ${r.load.p99} | ${r.load.non2xx} | ${r.load.errors} | ${r.check} |`,
-    ),
+    '| store | endpoint | req/s | bare req/s | ratio to bare route | goal | CPU us/req | bare CPU us/req | CPU ratio | p50 ms | p99 ms | non-2xx | errors | check |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
+    `| - | bare fastify JSON route (mean of ${all.length} runs) | ${fmt(bare.rps)} | - | 1.00 | - | ${bare.cpu.toFixed(0)} | - | 1.00 | ${bare.p50} | ${bare.p99} | ${bare.non2xx} | ${bare.errors} | baseline |`,
+    ...rows.map((r) => {
+      const b = rowBare(r);
+      return `| ${r.engine === 'sqlite' ? 'SQLite' : 'PostgreSQL'} | ${r.name} | ${fmt(r.load.rps)} | ${fmt(b.rps)} | ${(r.load.rps / b.rps).toFixed(2)} | ${goal(r.engine).toFixed(2)} | ${r.load.cpuUsPerReq.toFixed(0)} | ${b.cpu.toFixed(0)} | ${(b.cpu / r.load.cpuUsPerReq).toFixed(2)} | ${r.load.p50} | ${r.load.p99} | ${r.load.non2xx} | ${r.load.errors} | ${r.check} |`;
+    }),
     '',
     pgOk ? '' : `PostgreSQL not reachable at ${pgUrl.host}: only SQLite measured.`,
   ];
