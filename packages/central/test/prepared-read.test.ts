@@ -2,7 +2,7 @@
 // and on SQLite never see a transaction's uncommitted writes: while a Kysely transaction holds the
 // one connection, a read waits for it as any Kysely query does.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { preparedReader, sqlitePage } from '../src/db/prepared-read';
+import { preparedRawReader, preparedReader, sqlitePage } from '../src/db/prepared-read';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 
 describeEngines('prepared reads', (engine) => {
@@ -19,8 +19,20 @@ describeEngines('prepared reads', (engine) => {
     expect(await read('select uid, name from pups where uid = ? and name = ?', [want[0]!.uid, want[0]!.name])).toEqual([want[0]]);
   });
 
+  it('raw reads: each row as the array of its columns in the SELECT order, the same values as the object rows', async () => {
+    const raw = preparedRawReader(t.ctx.db);
+    const want = await t.ctx.db.kysely.selectFrom('lockers').select(['uid', 'pup_uid', 'name', 'width', 'size_code']).orderBy('uid').execute();
+    expect(want.length).toBeGreaterThan(3);
+    const text = 'select uid, pup_uid, name, width, size_code from lockers where uid >= ? order by uid';
+    expect(await raw(text, [''])).toEqual(want.map((r) => [r.uid, r.pup_uid, r.name, r.width, r.size_code]));
+    // the same text again (a cached statement) and, on SQLite, the same text through an object reader: neither mode leaks into the other
+    expect(await preparedReader(t.ctx.db)(text, [want[1]!.uid])).toEqual(want.slice(1));
+    expect(await raw(text, [want[1]!.uid])).toEqual(want.slice(1).map((r) => [r.uid, r.pup_uid, r.name, r.width, r.size_code]));
+  });
+
   it('does not read what an open transaction has not committed', async () => {
     const read = preparedReader(t.ctx.db);
+    const readRaw = preparedRawReader(t.ctx.db);
     const [pup] = await t.ctx.db.kysely.selectFrom('pups').select(['uid', 'name']).orderBy('uid').limit(1).execute();
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
@@ -37,9 +49,11 @@ describeEngines('prepared reads', (engine) => {
       .catch(() => undefined);
     await inside;
     const during = read<{ name: string }>('select name from pups where uid = ?', [pup!.uid]);
+    const duringRaw = readRaw('select name, uid from pups where uid = ?', [pup!.uid]);
     const page = engine === 'sqlite' ? sqlitePage<{ name: string }>(t.ctx.db, 'select name from pups where uid = ? order by name', [pup!.uid], 0, 10) : null;
     setTimeout(release, 50);
     expect((await during)[0]!.name).toBe(pup!.name);
+    expect(await duringRaw).toEqual([[pup!.name, pup!.uid]]);
     if (page) expect((await page).rows[0]!.name).toBe(pup!.name);
     await tx;
   });

@@ -3,7 +3,7 @@
 // The same fixed SQL texts on SQLite and PostgreSQL, prepared once (db/prepared-read.ts).
 import type { LockersTable, PupsTable } from '../db/schema';
 import type { Db } from '../db/database';
-import { preparedReader, sqlitePage, type ReadAll } from '../db/prepared-read';
+import { preparedRawReader, preparedReader, sqlitePage, type ReadAll, type ReadRaw } from '../db/prepared-read';
 import { ApiError } from '../errors';
 import { fromBool } from '../db/database';
 import { containsPattern } from '../db/like';
@@ -96,6 +96,7 @@ function addressFromJson(text: string | null): ApiAddress | null {
 const SEARCH_COLUMNS = ['p.name', 'p.loc_street_name', 'p.loc_mailbox', 'p.loc_city', 'p.loc_country_iso2'] as const;
 
 const PUP_COLUMNS = 'p.uid, p.name, p.time_zone, p.loc_street_name, p.loc_mailbox, p.loc_city, p.loc_country_iso2, p.delivery_address, p.parking_address, p.external_reference';
+// read as arrays (preparedRawReader): the indexes below follow these column lists
 const LOCKER_COLUMNS = 'uid, pup_uid, name, width, height, length';
 /** the condition "the tenant manages this PUP" on a lockers row; parameters: tenant uid, PUP uid */
 const MANAGED = 'exists (select 1 from tenant_pups tp inner join pups p on p.uid = tp.pup_uid where tp.tenant_uid = ? and tp.pup_uid = ?)';
@@ -108,7 +109,6 @@ const ACTIVE_LOCKERS = `select size_code, type_code, width, height, length, book
 
 type PupRow = Pick<PupsTable, 'uid' | 'name' | 'time_zone' | 'loc_street_name' | 'loc_mailbox' | 'loc_city' | 'loc_country_iso2' | 'delivery_address' | 'parking_address' | 'external_reference'>;
 
-type LockerRow = Pick<LockersTable, 'uid' | 'pup_uid' | 'name' | 'width' | 'height' | 'length'>;
 
 /**
  * The total of a paged listing without counting when the page tells it: a page that is not full
@@ -143,9 +143,11 @@ function pupListTexts(withPup: boolean, terms: number): { page: string; sorted: 
 
 export class PickupPointQueries {
   private readonly read: ReadAll;
+  private readonly readRaw: ReadRaw;
 
   constructor(private readonly db: Db) {
     this.read = preparedReader(db);
+    this.readRaw = preparedRawReader(db);
   }
 
   /** Throws InvalidPupUid unless the tenant manages the PUP (unknown and foreign PUPs answer alike). */
@@ -200,10 +202,16 @@ export class PickupPointQueries {
   private async pageOfLockers(tenantUid: string, pupUid: string, onlyFree: boolean, pageNo: number, pageSize: number): Promise<Page<LockerItem>> {
     const texts = onlyFree ? LOCKER_TEXTS.free : LOCKER_TEXTS.all;
     const offset = (pageNo - 1) * pageSize;
-    const rows = await this.read<LockerRow>(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset]);
+    const rows = await this.readRaw(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset]);
     if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
     const total = await pageTotal(offset, pageSize, rows.length, async () => Number((await this.read<{ n: number }>(texts.count, [pupUid]))[0]!.n));
-    return { items: rows.map((l) => ({ pupUid: l.pup_uid, lockerUid: l.uid, name: l.name, dimension: dimension(l) })), totalItems: total };
+    // LOCKER_COLUMNS: uid, pup_uid, name, width, height, length
+    const items: LockerItem[] = new Array(rows.length);
+    for (let i = 0; i < rows.length; i++) {
+      const l = rows[i]!;
+      items[i] = { pupUid: l[1] as string, lockerUid: l[0] as string, name: l[2] as string, dimension: { width: Number(l[3]), height: Number(l[4]), length: Number(l[5]) } };
+    }
+    return { items, totalItems: total };
   }
 
   /** All lockers of a managed PUP (in and out of service), by name. */
@@ -218,9 +226,15 @@ export class PickupPointQueries {
 
   /** The lockers in service of a PUP the tenant manages (InvalidPupUid otherwise); as pageOfLockers, one statement when there are any. */
   private async activeLockers(tenantUid: string, pupUid: string): Promise<Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid'>[]> {
-    const rows = await this.read<Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid' | 'active'>>(ACTIVE_LOCKERS, [pupUid, tenantUid, pupUid]);
+    const rows = await this.readRaw(ACTIVE_LOCKERS, [pupUid, tenantUid, pupUid]);
     if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
-    return rows.filter((r) => fromBool(r.active)).map((r) => ({ ...r, width: Number(r.width), height: Number(r.height), length: Number(r.length) }));
+    // ACTIVE_LOCKERS: size_code, type_code, width, height, length, booked_shipment_uid, active
+    const out: Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid'>[] = [];
+    for (const r of rows) {
+      if (!fromBool(r[6] as LockersTable['active'])) continue;
+      out.push({ size_code: r[0] as string | null, type_code: r[1] as string, width: Number(r[2]), height: Number(r[3]), length: Number(r[4]), booked_shipment_uid: r[5] as string | null });
+    }
+    return out;
   }
 
   /**
