@@ -441,13 +441,21 @@ export class AccountService {
     const offset = (b.pageNo - 1) * b.pageSize;
     let total: number;
     let uids: string[];
+    let fetchedRows: (Selectable<AccountsTable> & { pup_name: string | null })[] | null = null;
     if (engine === 'postgres') {
-      // One statement: the matches are scanned once (hash semi-join with the tenant's links), the
-      // total counted over all of them, and only the page's uids sorted out of them (top-N).
-      const page = await read<{ uid: string; total: number | string }>(`select a.uid, count(*) over() as total ${from} order by a.user_name_key, a.uid limit ? offset ?`, [...params, b.pageSize, offset]);
+      // One statement, one round trip: the matches are scanned once (hash semi-join with the
+      // tenant's links), the total counted over all of them, only the page's uids sorted out of
+      // them (top-N), and the page's rows joined to them (the fetch below, on SQLite a statement of
+      // its own: there a statement costs no round trip)
+      const page = await read<Selectable<AccountsTable> & { pup_name: string | null; page_total: number | string }>(
+        `with pg as (select a.uid, count(*) over() as page_total ${from} order by a.user_name_key, a.uid limit ? offset ?) ` +
+          'select a.*, p.name as pup_name, pg.page_total from pg inner join accounts as a on a.uid = pg.uid left join pups as p on p.uid = a.main_pup_uid order by a.user_name_key, a.uid',
+        [...params, b.pageSize, offset],
+      );
       if (page.length > 0) {
-        total = Number(page[0]!.total);
+        total = Number(page[0]!.page_total);
         uids = page.map((r) => r.uid);
+        fetchedRows = page;
       } else {
         // past the last page (or nothing found): the window gave no row to read the total from
         total = await count();
@@ -480,7 +488,8 @@ export class AccountService {
       }
     }
     const byUid = new Map<string, Selectable<AccountsTable> & { pup_name: string | null }>();
-    if (uids.length > 0) {
+    if (fetchedRows) for (const r of fetchedRows) byUid.set(r.uid, r);
+    else if (uids.length > 0) {
       // the page's rows by one statement whatever the page's length: the uids as one array parameter
       const fetched = await this.read<Selectable<AccountsTable> & { pup_name: string | null }>(
         engine === 'postgres'
