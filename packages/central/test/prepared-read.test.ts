@@ -51,10 +51,12 @@ describeEngines('prepared reads', (engine) => {
     const during = read<{ name: string }>('select name from pups where uid = ?', [pup!.uid]);
     const duringRaw = readRaw('select name, uid from pups where uid = ?', [pup!.uid]);
     const page = engine === 'sqlite' ? sqlitePage<{ name: string }>(t.ctx.db, 'select name from pups where uid = ? order by name', [pup!.uid], 0, 10) : null;
+    const rawPage = engine === 'sqlite' ? sqlitePage<unknown[]>(t.ctx.db, 'select name, uid from pups where uid = ? order by name', [pup!.uid], 0, 10, true) : null;
     setTimeout(release, 50);
     expect((await during)[0]!.name).toBe(pup!.name);
     expect(await duringRaw).toEqual([[pup!.name, pup!.uid]]);
     if (page) expect((await page).rows[0]!.name).toBe(pup!.name);
+    if (rawPage) expect(await rawPage).toEqual({ rows: [[pup!.name, pup!.uid]], total: 1 });
     await tx;
   });
 
@@ -65,5 +67,8 @@ describeEngines('prepared reads', (engine) => {
     expect(await sqlitePage(t.ctx.db, text, [], 0, 2)).toEqual({ rows: all.slice(0, 2) });
     expect(await sqlitePage(t.ctx.db, text, [], 2, all.length)).toEqual({ rows: all.slice(2), total: all.length });
     expect(await sqlitePage(t.ctx.db, text, [], all.length + 5, 2)).toEqual({ rows: [], total: all.length });
+    // raw: the same rows as arrays
+    expect(await sqlitePage(t.ctx.db, text, [], 1, 2, true)).toEqual({ rows: all.slice(1, 3).map((r) => [r.uid]) });
+    expect(await sqlitePage(t.ctx.db, text, [], 2, all.length, true)).toEqual({ rows: all.slice(2).map((r) => [r.uid]), total: all.length });
   });
 });

@@ -36,6 +36,16 @@ function numbered(text: string): string {
 }
 
 const statements = new WeakMap<BetterSqlite3.Database, Map<string, BetterSqlite3.Statement>>();
+/** the same texts prepared in raw mode (rows as arrays): a statement's mode is its own, so apart */
+const rawStatements = new WeakMap<BetterSqlite3.Database, Map<string, BetterSqlite3.Statement>>();
+
+function rawStatement(sqlite: BetterSqlite3.Database, text: string): BetterSqlite3.Statement {
+  let cache = rawStatements.get(sqlite);
+  if (!cache) rawStatements.set(sqlite, (cache = new Map()));
+  let st = cache.get(text);
+  if (!st) cache.set(text, (st = sqlite.prepare(text).raw(true)));
+  return st;
+}
 
 function sqliteStatement(sqlite: BetterSqlite3.Database, text: string): BetterSqlite3.Statement {
   let cache = statements.get(sqlite);
@@ -64,18 +74,21 @@ export type ReadAll = <R>(text: string, params: readonly unknown[], named?: bool
  * no further than the page; `total` is the number of rows when the read ended within the page.
  * SQLite sorts a LIMIT given as a parameter through an ephemeral b-tree (measured: 21 us against
  * 6 us for the same 2 rows sorted without LIMIT), while stepping a plain sort stops where the page
- * does. Only for reads whose rows are sorted (ORDER BY) and bounded by the caller's scope.
+ * does (the same for a locker page: 33-40 us against 68-92 us with `limit ? offset ?`). Only for
+ * reads whose rows are sorted (ORDER BY) and bounded by the caller's scope. `raw`: rows as arrays
+ * (see preparedRawReader).
  */
-export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number): Promise<{ rows: R[]; total?: number }> {
+export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw = false): Promise<{ rows: R[]; total?: number }> {
   const sqlite = db.sqlite!;
   if (sqlite.inTransaction) {
-    const all = (await db.kysely.executeQuery<R>(CompiledQuery.raw(text, [...params]))).rows;
+    let all = (await db.kysely.executeQuery<R>(CompiledQuery.raw(text, [...params]))).rows;
+    if (raw) all = all.map((r) => Object.values(r as object) as R);
     const rows = all.slice(offset, offset + size);
     return rows.length === size ? { rows } : { rows, total: all.length };
   }
   const rows: R[] = [];
   let n = 0;
-  for (const r of sqliteStatement(sqlite, text).iterate(params as unknown[]) as IterableIterator<R>) {
+  for (const r of (raw ? rawStatement(sqlite, text) : sqliteStatement(sqlite, text)).iterate(params as unknown[]) as IterableIterator<R>) {
     if (n++ < offset) continue;
     rows.push(r);
     if (rows.length === size) return { rows }; // leaving the loop resets the statement
@@ -93,21 +106,12 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
  */
 export type ReadRaw = (text: string, params: readonly unknown[]) => Promise<unknown[][]>;
 
-const rawStatements = new WeakMap<BetterSqlite3.Database, Map<string, BetterSqlite3.Statement>>();
-
 export function preparedRawReader(db: Db): ReadRaw {
   if (db.engine === 'sqlite') {
     const sqlite = db.sqlite!;
     const kysely = db.kysely;
-    let cache = rawStatements.get(sqlite);
-    if (!cache) rawStatements.set(sqlite, (cache = new Map()));
-    const stmts = cache;
     return async (text, params) => {
-      if (!sqlite.inTransaction) {
-        let st = stmts.get(text);
-        if (!st) stmts.set(text, (st = sqlite.prepare(text).raw(true)));
-        return st.all(params as unknown[]) as unknown[][];
-      }
+      if (!sqlite.inTransaction) return rawStatement(sqlite, text).all(params as unknown[]) as unknown[][];
       return (await kysely.executeQuery<Record<string, unknown>>(CompiledQuery.raw(text, [...params]))).rows.map((r) => Object.values(r));
     };
   }

@@ -101,6 +101,7 @@ const LOCKER_COLUMNS = 'uid, pup_uid, name, width, height, length';
 /** the condition "the tenant manages this PUP" on a lockers row; parameters: tenant uid, PUP uid */
 const MANAGED = 'exists (select 1 from tenant_pups tp inner join pups p on p.uid = tp.pup_uid where tp.tenant_uid = ? and tp.pup_uid = ?)';
 const lockerTexts = (where: string) => ({
+  sorted: `select ${LOCKER_COLUMNS} from lockers where ${where} and ${MANAGED} order by name, uid`,
   page: `select ${LOCKER_COLUMNS} from lockers where ${where} and ${MANAGED} order by name, uid limit ? offset ?`,
   count: `select count(*) as n from lockers where ${where}`,
 });
@@ -202,9 +203,14 @@ export class PickupPointQueries {
   private async pageOfLockers(tenantUid: string, pupUid: string, onlyFree: boolean, pageNo: number, pageSize: number): Promise<Page<LockerItem>> {
     const texts = onlyFree ? LOCKER_TEXTS.free : LOCKER_TEXTS.all;
     const offset = (pageNo - 1) * pageSize;
-    const rows = await this.readRaw(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset]);
+    let rows: unknown[][];
+    let known: number | undefined;
+    // SQLite: the sorted walk stepped to the end of the page (sqlitePage: a LIMIT parameter costs
+    // SQLite more than the walk), which also knows the total when the PUP's lockers end within it
+    if (this.db.engine === 'sqlite') ({ rows, total: known } = await sqlitePage<unknown[]>(this.db, texts.sorted, [pupUid, tenantUid, pupUid], offset, pageSize, true));
+    else rows = await this.readRaw(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset]);
     if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
-    const total = await pageTotal(offset, pageSize, rows.length, async () => Number((await this.read<{ n: number }>(texts.count, [pupUid]))[0]!.n));
+    const total = known ?? (await pageTotal(offset, pageSize, rows.length, async () => Number((await this.read<{ n: number }>(texts.count, [pupUid]))[0]!.n)));
     // LOCKER_COLUMNS: uid, pup_uid, name, width, height, length
     const items: LockerItem[] = new Array(rows.length);
     for (let i = 0; i < rows.length; i++) {
