@@ -9,6 +9,7 @@
 //    on SQLite (the embedded default, synchronous=FULL) and, when reachable, on PostgreSQL.
 // 3. The bare route again between every two rows (BENCH_API_BARE_SECONDS, default 2 s): each
 //    row's ratio is taken against the mean of the bare runs right before and right after it.
+//    Each endpoint gets 1 s of load first, not counted (JIT; PostgreSQL pool connections).
 //
 // Besides req/s, each row reports the server's CPU time per request (this process; the load
 // generator runs in its own): a cost figure that other work on a shared machine disturbs less.
@@ -60,6 +61,8 @@ function baseline(): Promise<Load> {
 
 /** seconds of each bare-route run between two rows (BENCH_API_BARE_SECONDS) */
 const BARE_S = Number(process.env.BENCH_API_BARE_SECONDS ?? 2);
+/** seconds of load on each endpoint before it is measured (not counted) */
+const WARMUP_S = 1;
 
 interface Row {
   engine: string;
@@ -112,6 +115,9 @@ async function measureEngine(engine: 'sqlite' | 'postgres', bases: Baselines): P
       const probe = await fetch(`${base}${ep.path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...auth }, body });
       const answer = (await probe.json().catch(() => null)) as { success?: boolean; error?: string } | null;
       const check = probe.status === 200 && answer?.success === true ? 'ok' : `answered ${probe.status} ${answer?.error ?? ''}`.trim();
+      // warm-up, not counted: the JIT, and on PostgreSQL the pool's connections (opened on
+      // demand, each preparing its statements): the first row paid for all of that before
+      await loadRun({ url: base, connections: CONNECTIONS, duration: WARMUP_S, headers: { 'content-type': 'application/json', ...auth }, requests: [{ method: 'POST', path: ep.path, body }] });
       const before = await bases.before();
       const measured = await load(`${base}${ep.path}`, body, auth);
       rows.push({ engine, name: ep.name, load: measured, check, bare: [before, await bases.after()] });

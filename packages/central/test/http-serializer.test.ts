@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { serializerCompiler as zodSerializerCompiler } from 'fastify-type-provider-zod';
-import { compileResponseWriter, serializerCompiler } from '../src/http/serializer';
+import { compileResponseWriter, quoteJson, serializerCompiler } from '../src/http/serializer';
 import { ErrorEnvelope, envelope, paged } from '../src/http/envelope';
 import { PickUpPoint, Locker, PupAvailability } from '../src/api/pickup-points';
 
@@ -42,6 +42,25 @@ const invalid: unknown[] = [
 ];
 
 describe('compiled response serializer', () => {
+  it('quotes every string exactly as JSON.stringify: each UTF-16 code unit alone and inside text, surrogate pairs, random strings', () => {
+    for (let c = 0; c <= 0xffff; c++) {
+      const ch = String.fromCharCode(c);
+      expect(quoteJson(ch)).toBe(JSON.stringify(ch));
+      expect(quoteJson(`uid-${ch}-x`)).toBe(JSON.stringify(`uid-${ch}-x`));
+    }
+    for (const t of ['', 'a1b2c3', '2026-11-27T07:00:00.000', 'Zoë 😀 Łódź', '\ud83d\ude00', 'a\u2028b\u2029', 'x\ud83d', '\ude00y', '"quoted"', 'back\\slash', 'tab\tnl\n', '\u007f\u0080\uffff']) {
+      expect(quoteJson(t)).toBe(JSON.stringify(t));
+    }
+    let seed = 7;
+    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    for (let i = 0; i < 20_000; i++) {
+      let t = '';
+      const n = Math.floor(rnd() * 12);
+      for (let k = 0; k < n; k++) t += String.fromCharCode(rnd() < 0.8 ? 32 + Math.floor(rnd() * 95) : Math.floor(rnd() * 0x10000));
+      expect(quoteJson(t)).toBe(JSON.stringify(t));
+    }
+  });
+
   it('writes what the zod parse + JSON.stringify wrote', () => {
     const w = serializerCompiler(args(Sample));
     for (const data of valid) expect(w(data)).toBe(zodWay(Sample, data));

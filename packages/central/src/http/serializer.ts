@@ -30,6 +30,19 @@ interface Def {
 
 const defOf = (s: z.ZodTypeAny): Def => (s as unknown as { _zod: { def: Def } })._zod.def;
 
+/** a character JSON.stringify writes otherwise than itself: quote, backslash, control, surrogate */
+const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
+
+/**
+ * JSON.stringify of a string: a string without any character JSON.stringify escapes (the common
+ * case: uids, names, times) is written between quotes as it is, 2-3x faster than JSON.stringify
+ * per string (a page of 100 shipments writes about 1,900); any other string (quotes, backslashes,
+ * control characters, surrogates, paired or not) goes through JSON.stringify itself.
+ */
+export function quoteJson(s: string): string {
+  return NEEDS_ESCAPE.test(s) ? JSON.stringify(s) : '"' + s + '"';
+}
+
 function numberCheck(c: NonNullable<Def['checks']>[number]): (n: number) => boolean {
   const d = c._zod.def;
   if (d.check === 'number_format' && d.format === 'safeint') return Number.isSafeInteger;
@@ -46,7 +59,7 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
   switch (def.type) {
     case 'string': {
       if (def.checks?.length) throw new Unsupported('string checks');
-      return (v) => (typeof v === 'string' ? JSON.stringify(v) : MISMATCH);
+      return (v) => (typeof v === 'string' ? quoteJson(v) : MISMATCH);
     }
     case 'number': {
       const checks = (def.checks ?? []).map(numberCheck);
