@@ -50,9 +50,9 @@ export const ENDPOINTS: { name: string; path: string; body: (f: Fixture) => unkn
   { name: 'GetAccounts', path: '/v1/Account/GetAccounts', body: () => ({ pageNo: 1, pageSize: 50 }) },
 ];
 
-function load(url: string, body: string, headers: Record<string, string>): Promise<Load> {
+function load(url: string, body: string, headers: Record<string, string>, duration = DURATION_S): Promise<Load> {
   const u = new URL(url);
-  return loadRun({ url: u.origin, connections: CONNECTIONS, duration: DURATION_S, headers: { 'content-type': 'application/json', ...headers }, requests: [{ method: 'POST', path: u.pathname, body }] });
+  return loadRun({ url: u.origin, connections: CONNECTIONS, duration, headers: { 'content-type': 'application/json', ...headers }, requests: [{ method: 'POST', path: u.pathname, body }] });
 }
 
 function baseline(): Promise<Load> {
@@ -122,7 +122,7 @@ async function measureEngine(engine: 'sqlite' | 'postgres', bases: Baselines): P
       const check = probe.status === 200 && answer?.success === true ? 'ok' : `answered ${probe.status} ${answer?.error ?? ''}`.trim();
       // warm-up, not counted: the JIT, and on PostgreSQL the pool's connections (opened on
       // demand, each preparing its statements): the first row paid for all of that before
-      await loadRun({ url: base, connections: CONNECTIONS, duration: WARMUP_S, headers: { 'content-type': 'application/json', ...auth }, requests: [{ method: 'POST', path: ep.path, body }] });
+      await load(`${base}${ep.path}`, body, auth, WARMUP_S);
       const before = await bases.before();
       const measured = await load(`${base}${ep.path}`, body, auth);
       rows.push({ engine, name: ep.name, load: measured, check, bare: [before, await bases.after()] });

@@ -124,8 +124,6 @@ export class EdgeSync implements Worker {
   snapshotsAvoided = 0;
   /** per terminal, the number of the last status recorded whose answer has not run yet (see recordStatus) */
   private readonly statusSeq = new Map<string, number>();
-  /** statuses not answered because a later one from the same terminal was recorded first */
-  statusesSuperseded = 0;
 
   constructor(
     private readonly ctx: AppContext,
@@ -344,10 +342,7 @@ export class EdgeSync implements Worker {
     const seq = (this.statusSeq.get(terminalId) ?? 0) + 1;
     this.statusSeq.set(terminalId, seq);
     void this.serial(terminalId, async () => {
-      if (this.statusSeq.get(terminalId) !== seq) {
-        this.statusesSuperseded++;
-        return;
-      }
+      if (this.statusSeq.get(terminalId) !== seq) return; // a later status is answered instead
       this.statusSeq.delete(terminalId);
       const row = await this.ensureTerminal(terminalId);
       // Snapshot ping-pong: a status is sent when the terminal took a push in, so one that names an

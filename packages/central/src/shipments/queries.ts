@@ -5,6 +5,7 @@ import { CompiledQuery, type Kysely } from 'kysely';
 import { sqliteStatement } from './sqlq';
 import type { Db } from '../db/database';
 import { registerPreparedStatement } from '../db/pg-prepared';
+import { rawStatement } from '../db/prepared-read';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
 import type { TypeCode } from './types';
@@ -240,23 +241,6 @@ const pgCount = (text: string): string => {
   }
   return t;
 };
-
-const rawStatements = new WeakMap<BetterSqlite3.Database, Map<string, BetterSqlite3.Statement>>();
-
-/**
- * A cached statement in raw (array) mode, or plucking its one column: its own cache, the shared
- * one (sqliteStatement) returns objects.
- */
-function rawStatement(sqlite: BetterSqlite3.Database, text: string, pluck = false): BetterSqlite3.Statement {
-  let m = rawStatements.get(sqlite);
-  if (!m) rawStatements.set(sqlite, (m = new Map()));
-  let st = m.get(text);
-  if (!st) {
-    st = pluck ? sqlite.prepare(text).pluck(true) : sqlite.prepare(text).raw(true);
-    m.set(text, st);
-  }
-  return st;
-}
 
 export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalItems: number; items: ShipmentListItem[] }> {
   const q = sqlOf(f);
