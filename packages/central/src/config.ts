@@ -201,6 +201,9 @@ export const ConfigSchema = z
         maxMessageBytes: z.coerce.number().int().min(1024).default(256 * 1024),
         // embedded broker: distinct topic filters one terminal connection may subscribe to
         maxSubscriptions: z.coerce.number().int().min(1).default(16),
+        // embedded broker: descriptors of its listening socket; a turn of the event loop accepts at
+        // most one connection per descriptor (mqtt/acceptors.ts); 1: the socket's own only
+        acceptors: z.coerce.number().int().min(1).max(64).default(8),
         // embedded broker: terminal secret checks (scrypt) running at once; a login beyond them is
         // refused at once with CONNACK 3 (server unavailable) and retried by the terminal
         maxPendingLogins: z.coerce.number().int().min(1).default(4),
@@ -315,6 +318,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_MQTT_PASSWORD: ['mqtt', 'password'],
   LOCKER_MQTT_MAX_MESSAGE_BYTES: ['mqtt', 'maxMessageBytes'],
   LOCKER_MQTT_MAX_SUBSCRIPTIONS: ['mqtt', 'maxSubscriptions'],
+  LOCKER_MQTT_ACCEPTORS: ['mqtt', 'acceptors'],
 };
 
 function readFile(file: string): Record<string, unknown> {

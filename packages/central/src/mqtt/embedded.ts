@@ -9,6 +9,7 @@ import type { Db } from '../db/database';
 import type { Database } from '../db/schema';
 import type { Logger } from '../logger';
 import type { DigestKey } from '../auth/terminal-secret-digest';
+import { ACCEPTORS, duplicateListener } from './acceptors';
 import { TerminalLogins, AUTH_THROTTLE, MAX_PENDING_CHECKS, type AuthThrottle } from './terminal-auth';
 import { TOPIC_ROOT, mayPublish, maySubscribe, parseTopic } from './topics';
 import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
@@ -51,6 +52,11 @@ export interface EmbeddedBrokerOptions {
   maxMessageBytes?: number;
   /** distinct topic filters one terminal connection may subscribe to (default MAX_SUBSCRIPTIONS) */
   maxSubscriptions?: number;
+  /**
+   * descriptors of the listening socket (default ACCEPTORS, mqtt/acceptors.ts): a turn of the
+   * event loop accepts at most one connection per descriptor; 1: the socket's own only
+   */
+  acceptors?: number;
 }
 
 /** Default of mqtt.maxMessageBytes: far above the largest legitimate terminal message (a status). */
@@ -97,6 +103,8 @@ export class EmbeddedBroker implements MessageBus {
   /** the index over retained messages (mqtt/retained-index.ts); null until started */
   retained: RetainedIndex | null = null;
   private server: net.Server | null = null;
+  /** further descriptors of the server's socket (mqtt/acceptors.ts) */
+  private acceptors: net.Server[] = [];
   private addr: string | null = null;
   private readonly logins: TerminalLogins;
   private readonly beforeAck: { filter: string; handler: Handler }[] = [];
@@ -248,10 +256,11 @@ export class EmbeddedBroker implements MessageBus {
     // terminals' SUBSCRIBEs skip the scan of every retained status (mqtt/retained-index.ts)
     this.retained = indexRetained((broker as unknown as { persistence: RetainedPersistence }).persistence);
     this.broker = broker;
-    const server = net.createServer((socket) => {
+    const onConnection = (socket: net.Socket) => {
       const client = broker.handle(socket as never) as Client;
       this.limitPacketSize(client, socket);
-    });
+    };
+    const server = net.createServer(onConnection);
     const listen = (port: number) =>
       new Promise<void>((resolve, reject) => {
         server.once('error', reject);
@@ -271,9 +280,12 @@ export class EmbeddedBroker implements MessageBus {
       await listen(0);
     }
     this.server = server;
+    const want = this.opts.acceptors ?? ACCEPTORS;
+    this.acceptors = await duplicateListener(server, { count: want, backlog: LISTEN_BACKLOG, onConnection });
+    if (this.acceptors.length + 1 < want) this.log.warn({ acceptors: this.acceptors.length + 1, wanted: want }, 'the broker socket has fewer descriptors than mqtt.acceptors; connections are accepted more slowly in a reconnect storm');
     const a = server.address() as net.AddressInfo;
     this.addr = `mqtt://${a.address === '0.0.0.0' || a.address === '::' ? '127.0.0.1' : a.address}:${a.port}`;
-    this.log.info({ listen: this.addr }, 'embedded MQTT broker listening');
+    this.log.info({ listen: this.addr, acceptors: this.acceptors.length + 1 }, 'embedded MQTT broker listening');
   }
 
   /** login bookkeeping: checks in progress, cached logins, failure entries, scrypt checks run */
@@ -322,9 +334,12 @@ export class EmbeddedBroker implements MessageBus {
   }
 
   async stop(): Promise<void> {
-    const { server, broker } = this;
+    const { server, broker, acceptors } = this;
     this.server = null;
     this.broker = null;
+    this.acceptors = [];
+    // the socket stays open (and accepting) while any of its descriptors is
+    for (const s of acceptors) s.close();
     this.logins.close();
     if (broker) await new Promise<void>((r) => broker.close(() => r()));
     if (server) await new Promise<void>((r) => server.close(() => r()));
