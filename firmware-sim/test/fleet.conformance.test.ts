@@ -20,6 +20,7 @@ import { loadConfig } from '../../packages/central/src/config';
 import { CentralService } from '../../packages/central/src/service';
 import { createLogger } from '../../packages/central/src/logger';
 import { currentCodes } from '../../packages/central/src/edge/codes';
+import { preparedReader } from '../../packages/central/src/db/prepared-read';
 import type { AppContext } from '../../packages/central/src/context';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -53,7 +54,7 @@ describe('fleet simulator: protocol conformance against the real central service
   };
   const book = async (pupUid: string): Promise<string> => (await api('/v1/Logistics/CreateLocalShipment', { ToUserUid: toUser, PupUid: pupUid, Dimension: { width: 30, height: 10, length: 40 }, AllowLargerLockers: true, AllowOverflowLockers: false })).shipmentUid;
   /** what the central service holds for a PUP: code id -> hash */
-  const centralCodes = async (pupUid: string) => new Map((await currentCodes(ctx.db.kysely, pupUid)).map((c) => [c.id, c.hash]));
+  const centralCodes = async (pupUid: string) => new Map((await currentCodes(preparedReader(ctx.db), pupUid)).map((c) => [c.id, c.hash]));
 
   beforeAll(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fleet-conf-'));

@@ -203,7 +203,7 @@ export const ConfigSchema = z
         maxSubscriptions: z.coerce.number().int().min(1).default(16),
         // embedded broker: descriptors of its listening socket; a turn of the event loop accepts at
         // most one connection per descriptor (mqtt/acceptors.ts); 1: the socket's own only
-        acceptors: z.coerce.number().int().min(1).max(64).default(8),
+        acceptors: z.coerce.number().int().min(1).max(64).default(32),
         // embedded broker: terminal secret checks (scrypt) running at once; a login beyond them is
         // refused at once with CONNACK 3 (server unavailable) and retried by the terminal
         maxPendingLogins: z.coerce.number().int().min(1).default(4),

@@ -10,7 +10,8 @@ import { openSameStore, type SameStoreService } from './support/same-store';
 import { PUP_A1, PUP_A2 } from './support/fixtures';
 import { addUser, booking, fails, ok } from './shipments-helpers';
 import { EdgeSync } from '../src/edge/sync';
-import { currentCodes, currentCodesQuery } from '../src/edge/codes';
+import { CURRENT_CODES_SQL, currentCodes as currentCodesRead } from '../src/edge/codes';
+import { preparedReader } from '../src/db/prepared-read';
 import { newSeqUid, toDbTime } from '../src/ids';
 
 describeEngines('edge change marker and current codes', (engine) => {
@@ -18,6 +19,7 @@ describeEngines('edge change marker and current codes', (engine) => {
   let other: SameStoreService;
   let user: string;
   let markers: () => Promise<Map<string, string>>;
+  const currentCodes = (pup: string) => currentCodesRead(preparedReader(t.ctx.db), pup);
   beforeAll(async () => {
     t = await createTestService(engine);
     other = await openSameStore(t); // another central instance on the same store
@@ -52,8 +54,8 @@ describeEngines('edge change marker and current codes', (engine) => {
 
   it("a point's current codes are read from its valid codes only, and its marker is unmoved, however long its history", async () => {
     const uid = await create();
-    const valid = (await currentCodes(t.ctx.db.kysely, PUP_A1)).length;
-    expect((await currentCodes(t.ctx.db.kysely, PUP_A1)).filter((c) => c.shipmentUid === uid)).toHaveLength(4);
+    const valid = (await currentCodes(PUP_A1)).length;
+    expect((await currentCodes(PUP_A1)).filter((c) => c.shipmentUid === uid)).toHaveLength(4);
     // 20,000 invalidated codes of old shipments at the same point
     const locker = (await t.ctx.db.kysely.selectFrom('lockers').select('uid').where('pup_uid', '=', PUP_A1).executeTakeFirstOrThrow()).uid;
     const tenant = (await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).uid;
@@ -74,11 +76,11 @@ describeEngines('edge change marker and current codes', (engine) => {
       invalidated_at: at,
     }));
     for (let i = 0; i < old.length; i += 1000) await t.ctx.db.kysely.insertInto('access_codes').values(old.slice(i, i + 1000)).execute();
-    expect(await currentCodes(t.ctx.db.kysely, PUP_A1)).toHaveLength(valid);
+    expect(await currentCodes(PUP_A1)).toHaveLength(valid);
     // the marker says nothing changed (no valid code came or went) and does not count the history
     expect((await markers()).get(PUP_A1)).toEqual(before.get(PUP_A1));
 
-    const q = currentCodesQuery(t.ctx.db.kysely, PUP_A1).compile();
+    const q = { sql: CURRENT_CODES_SQL, parameters: [PUP_A1] };
     if (engine === 'sqlite') {
       t.ctx.db.sqlite!.exec('ANALYZE');
       const plan = t.ctx.db

@@ -1,27 +1,31 @@
 // What a terminal must hold to validate codes offline: the valid DropOff / PickUp codes of its
 // pick up point that have a locker, each with where the lock sits, the value only as a hash.
 import crypto from 'node:crypto';
-import type { Kysely } from 'kysely';
 import { hashCode, type CodeEntry } from '@locker/common';
-import type { Database } from '../db/schema';
+import type { ReadAll } from '../db/prepared-read';
 
 /**
- * The valid drop-off and pick-up codes of a pick up point with their locks. Reads only the point's
- * valid codes (index access_codes_pup_valid_value), not its whole history. Exported for tests.
+ * The valid drop-off and pick-up codes of a pick up point with their locks, as a fixed text
+ * (db/prepared-read.ts; one parameter: the point's uid). Reads only the point's valid codes (index
+ * access_codes_pup_valid_value), not its whole history. Exported for the plan's test.
  */
-export function currentCodesQuery(db: Kysely<Database>, pupUid: string) {
-  return db
-    .selectFrom('access_codes as c')
-    .innerJoin('lockers as l', 'l.uid', 'c.locker_uid')
-    .select(['c.uid', 'c.shipment_uid', 'c.usage', 'c.type', 'c.value', 'l.uid as locker_uid', 'l.bus', 'l.board_address', 'l.lock_number'])
-    .where('c.pup_uid', '=', pupUid)
-    .where('c.valid', '=', 1)
-    .where('c.usage', 'in', ['DropOff', 'PickUp'])
-    .orderBy('c.uid');
+export const CURRENT_CODES_SQL =
+  "select c.uid, c.shipment_uid, c.usage, c.type, c.value, l.uid as locker_uid, l.bus, l.board_address, l.lock_number from access_codes as c inner join lockers as l on l.uid = c.locker_uid where c.pup_uid = ? and c.valid = 1 and c.usage in ('DropOff', 'PickUp') order by c.uid";
+
+interface CodeRow {
+  uid: string;
+  shipment_uid: string;
+  usage: string;
+  type: string;
+  value: string;
+  locker_uid: string;
+  bus: string;
+  board_address: number | string;
+  lock_number: number | string;
 }
 
-export async function currentCodes(db: Kysely<Database>, pupUid: string): Promise<CodeEntry[]> {
-  const rows = await currentCodesQuery(db, pupUid).execute();
+export async function currentCodes(read: ReadAll, pupUid: string): Promise<CodeEntry[]> {
+  const rows = await read<CodeRow>(CURRENT_CODES_SQL, [pupUid]);
   return rows.map((r) => ({
     id: r.uid,
     shipmentUid: r.shipment_uid,

@@ -2,18 +2,29 @@
 // its pick up point with its name, size, service state and where its lock sits, and the state of
 // the shipment holding it. For the technician's page; nothing personal (no receiver, no codes).
 import crypto from 'node:crypto';
-import type { Kysely } from 'kysely';
 import type { LockerEntry } from '@locker/common';
-import type { Database } from '../db/schema';
+import type { ReadAll } from '../db/prepared-read';
 
-/** The lockers of a pick up point, in bus/board/lock order. */
-export async function currentLockers(db: Kysely<Database>, pupUid: string): Promise<LockerEntry[]> {
-  const rows = await db
-    .selectFrom('lockers as l')
-    .leftJoin('shipments as s', 's.uid', 'l.booked_shipment_uid')
-    .select(['l.uid', 'l.name', 'l.size_code', 'l.width', 'l.height', 'l.length', 'l.active', 'l.bus', 'l.board_address', 'l.lock_number', 's.state_code'])
-    .where('l.pup_uid', '=', pupUid)
-    .execute();
+const CURRENT_LOCKERS_SQL =
+  'select l.uid, l.name, l.size_code, l.width, l.height, l.length, l.active, l.bus, l.board_address, l.lock_number, s.state_code from lockers as l left join shipments as s on s.uid = l.booked_shipment_uid where l.pup_uid = ?';
+
+interface LockerRow {
+  uid: string;
+  name: string;
+  size_code: string | null;
+  width: number | string;
+  height: number | string;
+  length: number | string;
+  active: number | string | boolean;
+  bus: string;
+  board_address: number | string;
+  lock_number: number | string;
+  state_code: string | null;
+}
+
+/** The lockers of a pick up point, in bus/board/lock order (a fixed text: db/prepared-read.ts). */
+export async function currentLockers(read: ReadAll, pupUid: string): Promise<LockerEntry[]> {
+  const rows = await read<LockerRow>(CURRENT_LOCKERS_SQL, [pupUid]);
   return rows
     .map((r) => ({
       uid: r.uid,

@@ -26,7 +26,7 @@ const HELPER = `process.on('message', (m, h) => {
 });`;
 
 /** Default of mqtt.acceptors. */
-export const ACCEPTORS = 8;
+export const ACCEPTORS = 32;
 
 export interface DuplicateOptions {
   /** descriptors in all, the server's own included (1: none added) */
