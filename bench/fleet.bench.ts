@@ -25,13 +25,15 @@
 // row gets its fast digest written directly, as provisioning a plain secret writes it, without
 // hashing 10,000 secrets first), as the hand-run bench/mqtt-storm.ts did (this bench replaces it).
 //
-// Env: BENCH_FLEET_TERMINALS (storm and restart N of (a); default 2000: 10000 takes about 7 minutes on
-// the 2-core machine while the storm misses its 60 s, past the bench's 3 minutes), BENCH_FLEET_LATENCY_TERMINALS
+// Env: BENCH_FLEET_TERMINALS (storm and restart N of (a); default 2000: 10000 takes about 5 minutes on
+// the 2-core machine, which would take the whole bench past its 10 minutes), BENCH_FLEET_LATENCY_TERMINALS
 // (1000), BENCH_FLEET_BOOKINGS (200), BENCH_FLEET_EVENTS_RATE (15000/s) and
 // BENCH_FLEET_EVENTS_SECONDS (3), BENCH_FLEET_SETUPS (a,b), BENCH_FLEET_TERMINALS_B (setup (b)'s N,
 // default 1000: more there too would take the bench well past its 3 minutes), BENCH_FLEET_CONNECT_RATE
 // (first connects per second, 0 = all at once, the default), BENCH_FLEET_SYNC_TIMEOUT_S (how long to
-// wait for all in sync, 60 = the goal).
+// wait for all in sync, 60 = the goal; the storm counts it on the fleet's clock, from its first connect),
+// BENCH_FLEET_TRACE (a file: every progress line with the broker's accept queue),
+// BENCH_FLEET_RESTART_NODE_ARGS (node options of the restarted node, e.g. --cpu-prof).
 // Alone: npx tsx --conditions=@locker/source bench/run.ts fleet
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
