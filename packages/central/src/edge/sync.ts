@@ -58,6 +58,10 @@ const SQL_EDGE_TERMINAL = 'select * from edge_terminals where terminal_id = ?';
 const SQL_PUSHED_CODES = 'select code_uid, digest from edge_pushed_codes where terminal_id = ?';
 const SQL_CLAIM_CODES = 'update edge_terminals set codes_version = ?, updated_at = ? where terminal_id = ? and codes_version = ?';
 const SQL_DELETE_PUSHED = 'delete from edge_pushed_codes where terminal_id = ?';
+const SQL_CODE_MARKERS = 'select pup_uid, version from pup_code_versions';
+const SQL_LOCKER_MARKERS = 'select pup_uid, max(updated_at) as u from lockers group by pup_uid';
+/** marker rows read between two yields to the event loop */
+export const MARKER_SLICE = 500;
 const SQL_CLAIM_LOCKERS = 'update edge_terminals set lockers_version = ?, lockers_digest = ?, updated_at = ? where terminal_id = ? and lockers_version = ?';
 /** the status update's text for a set of column names (ours, never input): a few shapes in all */
 const statusUpdateTexts = new Map<string, string>();
@@ -561,6 +565,25 @@ export class EdgeSync implements Worker {
    * change (a locker moved to another lock by provisioning).
    */
   private async readMarkers(): Promise<Map<string, string>> {
+    const iterate = this.ctx.db.committedIterate;
+    if (iterate) {
+      // SQLite in a file: from the read-only connection, yielding to the event loop every
+      // MARKER_SLICE rows. Read at once this took 18-25 ms per poll at 10,000 points (the GROUP BY
+      // walks 40,000 lockers) with the loop blocked, every second: bookings' pushes and terminal
+      // messages waited behind it (fleet bench at 10,000 points: booking -> code p99 65-87 ms with
+      // a poll every second, 9 ms with one every 5 s)
+      const m = new Map<string, string>();
+      let n = 0;
+      for (const r of iterate<{ pup_uid: string; version: number }>(SQL_CODE_MARKERS, [])) {
+        m.set(r.pup_uid, String(r.version));
+        if (++n % MARKER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+      }
+      for (const r of iterate<{ pup_uid: string; u: string | null }>(SQL_LOCKER_MARKERS, [])) {
+        m.set(r.pup_uid, `${m.get(r.pup_uid) ?? ''}|${r.u ?? ''}`);
+        if (++n % MARKER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+      }
+      return m;
+    }
     const codes = await this.db.selectFrom('pup_code_versions').select(['pup_uid', 'version']).execute();
     const lockers = await this.db
       .selectFrom('lockers')
