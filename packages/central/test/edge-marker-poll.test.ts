@@ -1,7 +1,7 @@
 // The edge sync's marker poll (every edge.pollMs) reads a marker per pick up point. Read at once,
 // at 10,000 points it blocked the event loop for 18-25 ms every second, and bookings' code pushes
 // waited behind it. On a SQLite file it now reads from the read-only connection and yields to the
-// loop every MARKER_SLICE rows; the markers it returns are the same.
+// loop every MARKER_SLICE rows; the markers it returns are the same as a whole read's.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EdgeSync, MARKER_SLICE } from '../src/edge/sync';
 import { createTestService, type TestService } from './support/harness';
@@ -38,7 +38,7 @@ describe('edge sync marker poll on a SQLite file', () => {
     reading = false;
     expect(turns - before).toBeGreaterThanOrEqual(3);
 
-    // the same markers as the read through Kysely (PostgreSQL's and :memory:'s path)
+    // the same markers as the whole read on the writing connection (PostgreSQL's and :memory:'s path)
     const plain = new EdgeSync({ ...t.ctx, db: { ...t.ctx.db, committedIterate: undefined } }, { publish: async () => {}, subscribe: async () => {} } as never);
     const expected = await (plain as unknown as { readMarkers(): Promise<Map<string, string>> }).readMarkers();
     expect(markers.size).toBeGreaterThanOrEqual(points);

@@ -565,34 +565,24 @@ export class EdgeSync implements Worker {
    * change (a locker moved to another lock by provisioning).
    */
   private async readMarkers(): Promise<Map<string, string>> {
+    // SQLite in a file: row by row from the read-only connection, yielding to the event loop every
+    // MARKER_SLICE rows. Read at once this took 18-25 ms per poll at 10,000 points (the GROUP BY
+    // walks 40,000 lockers) with the loop blocked, every second: bookings' pushes and terminal
+    // messages waited behind it (fleet bench at 10,000 points: booking -> code p99 65-87 ms with a
+    // poll every second, 9 ms with one every 5 s). Elsewhere (PostgreSQL, :memory:) read whole
+    // (a yield after the rows arrived would not shorten anything).
     const iterate = this.ctx.db.committedIterate;
-    if (iterate) {
-      // SQLite in a file: from the read-only connection, yielding to the event loop every
-      // MARKER_SLICE rows. Read at once this took 18-25 ms per poll at 10,000 points (the GROUP BY
-      // walks 40,000 lockers) with the loop blocked, every second: bookings' pushes and terminal
-      // messages waited behind it (fleet bench at 10,000 points: booking -> code p99 65-87 ms with
-      // a poll every second, 9 ms with one every 5 s)
-      const m = new Map<string, string>();
-      let n = 0;
-      for (const r of iterate<{ pup_uid: string; version: number }>(SQL_CODE_MARKERS, [])) {
-        m.set(r.pup_uid, String(r.version));
-        if (++n % MARKER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-      }
-      for (const r of iterate<{ pup_uid: string; u: string | null }>(SQL_LOCKER_MARKERS, [])) {
-        m.set(r.pup_uid, `${m.get(r.pup_uid) ?? ''}|${r.u ?? ''}`);
-        if (++n % MARKER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-      }
-      return m;
-    }
-    const codes = await this.db.selectFrom('pup_code_versions').select(['pup_uid', 'version']).execute();
-    const lockers = await this.db
-      .selectFrom('lockers')
-      .select((eb) => ['pup_uid', eb.fn.max('updated_at').as('u')])
-      .groupBy('pup_uid')
-      .execute();
+    const rows = async <R>(text: string): Promise<Iterable<R>> => (iterate ? iterate<R>(text, []) : this.read<R>(text, []));
     const m = new Map<string, string>();
-    for (const r of codes) m.set(r.pup_uid, String(r.version));
-    for (const r of lockers) m.set(r.pup_uid, `${m.get(r.pup_uid) ?? ''}|${r.u ?? ''}`);
+    let n = 0;
+    for (const r of await rows<{ pup_uid: string; version: number | string }>(SQL_CODE_MARKERS)) {
+      m.set(r.pup_uid, String(r.version));
+      if (iterate && ++n % MARKER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+    }
+    for (const r of await rows<{ pup_uid: string; u: string | Date | null }>(SQL_LOCKER_MARKERS)) {
+      m.set(r.pup_uid, `${m.get(r.pup_uid) ?? ''}|${r.u ?? ''}`);
+      if (iterate && ++n % MARKER_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+    }
     return m;
   }
 
