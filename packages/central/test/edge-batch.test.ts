@@ -14,7 +14,7 @@ import { EventMessage, parseMessage } from '@locker/common';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { waitFor } from './support/wait';
 import { connectScriptedTerminal, type ScriptedTerminal } from './support/scripted-terminal';
-import { PUP_A1, PUP_B1 } from './support/fixtures';
+import { PUP_A1, PUP_A2, PUP_B1 } from './support/fixtures';
 import { addUser, booking, ok } from './shipments-helpers';
 import type { EdgeSync } from '../src/edge/sync';
 
@@ -200,5 +200,39 @@ describeEngines('edge events: one batch of several terminals and journals', (eng
     expect(await cursor('term-a1')).toMatchObject({ applied: 2, journal: J });
     await waitFor(() => acks(a1).length > n, 'repeat acknowledged');
     expect(acks(a1).at(-1)).toMatchObject({ journalId: J, upTo: 2 });
+  });
+  it('a batch with a terminal that is not provisioned and one that never connected: the first is dropped (nothing written), the others stored and applied', async () => {
+    // term-a2 is provisioned (a row in terminals) but has never connected: no edge_terminals row yet
+    const now = t.clock.now().toISOString();
+    await db().insertInto('terminals').values({ id: 'term-a2', pup_uid: PUP_A2, secret_hash: 'scrypt$unused', name: null, created_at: now, updated_at: now }).execute();
+    expect(await db().selectFrom('edge_terminals').select('terminal_id').where('terminal_id', '=', 'term-a2').executeTakeFirst()).toBeUndefined();
+    const a2Locker = await db().selectFrom('lockers').select(['uid', 'bus', 'board_address', 'lock_number']).where('pup_uid', '=', PUP_A2).orderBy('name').executeTakeFirstOrThrow();
+    const lock = { lockerUid: a2Locker.uid, bus: a2Locker.bus, board: a2Locker.board_address, lock: a2Locker.lock_number };
+    const J = `ja2-${crypto.randomUUID()}`;
+    const G = `jg-${crypto.randomUUID()}`;
+    const K = (await cursor('term-b1')).journal!;
+    const bSeq = (await cursor('term-b1')).applied;
+    const evs = [
+      event('term-ghost', G, 1, 'doorOpened', { ...lock, commanded: false }),
+      event('term-a2', J, 2, 'doorClosed', { ...lock, item: false }),
+      event('term-b1', K, bSeq + 1, 'doorClosed', { bus: 'bus0', board: 0, lock: 1, item: false }),
+      event('term-a2', J, 1, 'doorOpened', { ...lock, commanded: false }),
+      event('term-ghost', G, 2, 'doorClosed', { ...lock }),
+    ];
+    // every submit resolves (the broker's PUBACK), the ghost's too: it is dropped, not retried
+    await submit(evs);
+    expect(await db().selectFrom('edge_events').select('event_id').where('terminal_id', '=', 'term-ghost').execute()).toEqual([]);
+    expect(await db().selectFrom('edge_terminals').select('terminal_id').where('terminal_id', '=', 'term-ghost').executeTakeFirst()).toBeUndefined();
+    expect((await rows('term-a2', J)).map((r) => [r.seq, r.processed, r.outcome])).toEqual([
+      [1, 1, 'stored'],
+      [2, 1, 'stored'],
+    ]);
+    expect(await cursor('term-a2')).toMatchObject({ applied: 2, journal: J });
+    const a2 = await db().selectFrom('edge_terminals').select(['last_seq']).where('terminal_id', '=', 'term-a2').executeTakeFirstOrThrow();
+    expect(Number(a2.last_seq)).toBe(2);
+    expect(await db().selectFrom('lock_observations').select(['door', 'seq']).where('locker_uid', '=', a2Locker.uid).executeTakeFirstOrThrow()).toMatchObject({ door: 'closed' });
+    expect(await cursor('term-b1')).toMatchObject({ applied: bSeq + 1, journal: K });
+    const b = await db().selectFrom('edge_terminals').select(['last_seq']).where('terminal_id', '=', 'term-b1').executeTakeFirstOrThrow();
+    expect(Number(b.last_seq)).toBeGreaterThanOrEqual(bSeq + 1);
   });
 });

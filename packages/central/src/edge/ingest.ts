@@ -83,6 +83,22 @@ interface AfterCommit {
 
 const EVENT_INSERT = 'INSERT INTO edge_events (event_id, terminal_id, journal_id, seq, type, at, received_at, payload, processed, outcome, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, 0) ON CONFLICT (event_id) DO NOTHING';
 const CURSOR_SQL = 'SELECT e.applied_seq, e.journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
+/** a provisioned terminal with its cursor (last_seq null: no edge_terminals row yet) */
+interface CursorOfRow {
+  id: string;
+  last_seq: number | string | null;
+  journal_id: string | null;
+}
+interface StoreResult {
+  fresh: Set<string>;
+  unknown: Set<string>;
+}
+const STORE_CURSOR_SQLITE = 'SELECT t.id, e.last_seq, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ?';
+const STORE_CURSORS_PG = 'SELECT t.id, e.last_seq, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ANY(?)';
+const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
+const PATCH_SEQ_JOURNAL = 'UPDATE edge_terminals SET last_seq = ?, journal_id = ? WHERE terminal_id = ?';
+const PATCH_SEQ = 'UPDATE edge_terminals SET last_seq = ? WHERE terminal_id = ?';
+const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ?';
 const PENDING_SQL = `SELECT event_id, journal_id, seq, type, at, received_at, payload FROM edge_events WHERE processed = 0 AND terminal_id = ? ORDER BY seq LIMIT ${PENDING_READ}`;
 
 export interface IngestHost {
@@ -243,30 +259,12 @@ export class EventIngest {
   // ------------------------------------------------------------------ store
 
   private async storeBatch(batch: Arrival[]): Promise<void> {
-    let known: Arrival[];
     try {
-      const ids = [...new Set(batch.map((a) => a.terminalId))];
-      const rows = await this.ctx.db.kysely.selectFrom('terminals').select('id').where('id', 'in', ids).execute();
-      const provisioned = new Set(rows.map((r) => r.id));
-      known = [];
+      const r = await shipmentService(this.ctx).tx.run((trx) => this.storeIn(trx, batch));
+      this.stored(batch, r);
+    } catch (err) {
+      if (batch.length > 1) this.log.warn({ err: (err as Error).message, events: batch.length }, 'storing a batch of terminal events failed; storing them one by one');
       for (const a of batch) {
-        if (provisioned.has(a.terminalId)) known.push(a);
-        else {
-          this.log.warn({ terminal: a.terminalId }, 'event from a terminal that is not provisioned dropped');
-          a.resolve();
-        }
-      }
-    } catch (err) {
-      for (const a of batch) this.storeLater(a, err);
-      return;
-    }
-    if (!known.length) return;
-    try {
-      const fresh = await shipmentService(this.ctx).tx.run((trx) => this.storeIn(trx, known));
-      this.stored(known, fresh);
-    } catch (err) {
-      if (known.length > 1) this.log.warn({ err: (err as Error).message, events: known.length }, 'storing a batch of terminal events failed; storing them one by one');
-      for (const a of known) {
         try {
           this.stored([a], await shipmentService(this.ctx).tx.run((trx) => this.storeIn(trx, [a])));
         } catch (e) {
@@ -276,7 +274,16 @@ export class EventIngest {
     }
   }
 
-  private stored(arrivals: Arrival[], fresh: Set<string>): void {
+  private stored(all: Arrival[], { fresh, unknown }: StoreResult): void {
+    const arrivals: Arrival[] = [];
+    for (const a of all) {
+      if (!unknown.has(a.terminalId)) arrivals.push(a);
+      else {
+        this.log.warn({ terminal: a.terminalId }, 'event from a terminal that is not provisioned dropped');
+        a.resolve();
+      }
+    }
+    if (!arrivals.length) return;
     this.stats.storeBatches++;
     this.stats.stored += arrivals.length;
     this.stats.maxStoreBatch = Math.max(this.stats.maxStoreBatch, arrivals.length);
@@ -305,28 +312,34 @@ export class EventIngest {
     }, delay).unref?.();
   }
 
-  /** Stores the events; returns the ids of those that were new. */
-  private async storeIn(trx: Trx, arrivals: Arrival[]): Promise<Set<string>> {
-    const k = trx;
+  /**
+   * Stores the events of provisioned terminals; returns the ids of those that were new, and the
+   * terminals that are not provisioned (their events are dropped, nothing of them written).
+   * Fixed SQL texts (sqlq.rawQuery): no query built per batch or per terminal.
+   */
+  private async storeIn(trx: Trx, all: Arrival[]): Promise<StoreResult> {
+    const exec = this.exec(trx);
+    const pg = this.ctx.db.engine === 'postgres';
     const now = this.nowDb();
-    const ids = [...new Set(arrivals.map((a) => a.terminalId))];
+    const ids = [...new Set(all.map((a) => a.terminalId))];
     const cursors = new Map<string, { last_seq: number; journal_id: string | null }>();
-    const readCursors = async (list: string[]) => {
-      for (let i = 0; i < list.length; i += INSERT_CHUNK) {
-        const rows = await k.selectFrom('edge_terminals').select(['terminal_id', 'last_seq', 'journal_id']).where('terminal_id', 'in', list.slice(i, i + INSERT_CHUNK)).execute();
-        for (const r of rows) cursors.set(r.terminal_id, { last_seq: Number(r.last_seq), journal_id: r.journal_id ?? null });
-      }
+    // the provisioned terminals with their cursors (null: no edge_terminals row yet)
+    const noCursor: string[] = [];
+    const take = (r: CursorOfRow) => {
+      if (r.last_seq === null) noCursor.push(r.id);
+      else cursors.set(r.id, { last_seq: Number(r.last_seq), journal_id: r.journal_id ?? null });
     };
-    await readCursors(ids);
-    const missing = ids.filter((id) => !cursors.has(id));
-    if (missing.length) {
-      await k
-        .insertInto('edge_terminals')
-        .values(missing.map((terminal_id) => ({ terminal_id, epoch: newUid(), codes_version: 0, online: 0 as const, status_at: null, last_status: null, last_seq: 0, updated_at: now })))
-        .onConflict((oc) => oc.column('terminal_id').doNothing())
-        .execute();
-      await readCursors(missing);
+    if (pg) for (const r of (await exec<CursorOfRow>(STORE_CURSORS_PG, [ids])).rows) take(r);
+    else for (const id of ids) for (const r of (await exec<CursorOfRow>(STORE_CURSOR_SQLITE, [id])).rows) take(r);
+    if (noCursor.length) {
+      for (const id of noCursor) await exec(EDGE_TERMINAL_INSERT, [id, newUid(), now]);
+      for (const id of noCursor) {
+        const r = (await exec<CursorOfRow>(STORE_CURSOR_SQLITE, [id])).rows[0];
+        if (r && r.last_seq !== null) take(r);
+      }
     }
+    const unknown = new Set(ids.filter((id) => !cursors.has(id)));
+    const arrivals = unknown.size ? all.filter((a) => !unknown.has(a.terminalId)) : all;
     const seen = new Set<string>();
     const rows = [];
     for (const a of arrivals) {
@@ -338,14 +351,13 @@ export class EventIngest {
     if (this.ctx.db.engine === 'sqlite') {
       // one cached prepared statement per row (synchronous, on the transaction's connection): cheaper
       // than building a multi-row insert through Kysely
-      const exec = this.exec(trx);
       for (const r of rows) {
         const res = await exec(EVENT_INSERT, [r.event_id, r.terminal_id, r.journal_id, r.seq, r.type, r.at, r.received_at, r.payload]);
         if (res.numAffectedRows === 1) fresh.add(r.event_id);
       }
     } else {
       for (let i = 0; i < rows.length; i += INSERT_CHUNK) {
-        const r = await k
+        const r = await trx
           .insertInto('edge_events')
           .values(rows.slice(i, i + INSERT_CHUNK))
           .onConflict((oc) => oc.column('event_id').doNothing())
@@ -370,9 +382,11 @@ export class EventIngest {
     // in the order of terminal ids, as the apply locks them: fewer deadlocks between instances (PostgreSQL retries those)
     for (const id of [...patches.keys()].sort()) {
       const p = patches.get(id)!;
-      if (Object.keys(p).length) await k.updateTable('edge_terminals').set(p).where('terminal_id', '=', id).execute();
+      if (p.last_seq !== undefined && p.journal_id !== undefined) await exec(PATCH_SEQ_JOURNAL, [p.last_seq, p.journal_id, id]);
+      else if (p.last_seq !== undefined) await exec(PATCH_SEQ, [p.last_seq, id]);
+      else if (p.journal_id !== undefined) await exec(PATCH_JOURNAL, [p.journal_id, id]);
     }
-    return fresh;
+    return { fresh, unknown };
   }
 
   // ------------------------------------------------------------------ apply
