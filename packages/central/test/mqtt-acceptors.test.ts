@@ -5,7 +5,7 @@
 import { execFileSync } from 'node:child_process';
 import net from 'node:net';
 import mqtt from 'mqtt';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { duplicateListener } from '../src/mqtt/acceptors';
 import { EmbeddedBroker } from '../src/mqtt/embedded';
 import { createLogger } from '../src/logger';
@@ -120,6 +120,37 @@ describe.skipIf(process.platform === 'win32')('duplicateListener: more accepts p
     for (const s of extra) s.close();
     expect(await refused(port)).toBe(true);
   });
+
+  it('a descriptor that fails to listen is left out at once: the others serve, the start does not wait for the timeout', async () => {
+    const main = await listen(100, (s) => s.destroy());
+    const port = (main.address() as net.AddressInfo).port;
+    // the fault: the second descriptor that comes back fails to listen (closed, an error emitted)
+    const real = net.Server.prototype.listen;
+    let handles = 0;
+    const spy = vi.spyOn(net.Server.prototype, 'listen').mockImplementation(function (this: net.Server, ...args: unknown[]) {
+      const h = args[0] as { close?: () => void; fd?: number } | undefined;
+      if (h && typeof h === 'object' && 'fd' in h && ++handles === 2) {
+        h.close?.();
+        process.nextTick(() => this.emit('error', Object.assign(new Error('listen EBADF (injected)'), { code: 'EBADF' })));
+        return this;
+      }
+      return (real as (...a: unknown[]) => net.Server).apply(this, args);
+    });
+    const t0 = Date.now();
+    let extra: net.Server[];
+    try {
+      extra = await duplicateListener(main, { count: 4, backlog: 100, onConnection: (s) => s.destroy(), timeoutMs: 60_000 });
+    } finally {
+      spy.mockRestore();
+    }
+    expect(Date.now() - t0).toBeLessThan(30_000);
+    expect(extra).toHaveLength(2);
+    expect(extra.every((s) => s.listening)).toBe(true);
+    main.close();
+    expect(await refused(port)).toBe(false); // the two that listen keep the socket
+    for (const s of extra) s.close();
+    expect(await refused(port)).toBe(true);
+  }, 45_000);
 
   it('count 1 adds nothing and starts no helper', async () => {
     const main = await listen(100, (s) => s.destroy());

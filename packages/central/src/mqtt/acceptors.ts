@@ -63,20 +63,28 @@ export async function duplicateListener(server: net.Server, o: DuplicateOptions)
         else resolve();
       };
       child.on('error', finish);
-      let listening = 0;
+      let received = 0;
+      /** descriptors listening or given up on: the wait ends when every one is either */
+      let settled = 0;
+      const settle = () => {
+        if (++settled === want) finish();
+      };
       child.on('exit', () => {
-        if (added.length < want) finish(new Error(`the helper exited after ${added.length} of ${want} descriptors`));
+        if (received < want) finish(new Error(`the helper exited after ${received} of ${want} descriptors`));
       });
       child.on('message', (_m, h) => {
         if (!h) return;
+        received++;
         const s = net.createServer(o.onConnection);
         added.push(s);
-        // a descriptor that cannot listen is left out (the others and the original go on)
-        s.once('error', () => added.splice(added.indexOf(s), 1));
-        // the backlog as a positional argument: Node ignores options.backlog when listening on a handle
-        s.listen(h as never, o.backlog, () => {
-          if (++listening === want) finish();
+        // a descriptor that cannot listen is left out (the others and the original go on), at once:
+        // the start does not wait for the timeout
+        s.once('error', () => {
+          added.splice(added.indexOf(s), 1);
+          settle();
         });
+        // the backlog as a positional argument: Node ignores options.backlog when listening on a handle
+        s.listen(h as never, o.backlog, settle);
       });
       child.send({ n: want }, handle as never);
     });
