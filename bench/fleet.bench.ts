@@ -18,7 +18,9 @@
 // - door events ingested end to end: the fleet journals door events at a rate above the goal for a
 //   few seconds (each terminal at most 32 ahead of its acknowledgement, as the agent); the rate is
 //   the events acknowledged (committed) per second from the first event to the last ack; "lost" is
-//   what the fleet journalled minus the rows in edge_events (must be 0);
+//   what the fleet journalled minus the rows in edge_events (must be 0); beside it the central
+//   CPU per 1,000 events (from the burst's start to the last ack; /proc), which a busy machine
+//   disturbs far less than the rate;
 // - central RSS and CPU: RSS with N connected minus RSS before any terminal, per 1,000; CPU of an
 //   idle connected fleet (status every 60 s) per 1,000, and CPU seconds the storm cost.
 // Terminals share one high-entropy secret (one scrypt hash in the provisioning file; in (a) each
@@ -239,7 +241,7 @@ interface SetupResult {
   restart: { what: string; allInSyncS: number | null; inSync: number; attempts: number; refused: Json; probeS?: number | null };
   rss: { connected: number; snapshotsIdle: number; baseMiB: number; connectedMiB: number; perThousandMiB: number; idleCpuPctPerThousand: number; instances: number };
   latency: { n: number; bookings: number; p50: number | null; p99: number | null; max: number | null; lost: number; beforeAnswer: number; stormS: number | null };
-  events: { journalled: number; acked: number; stored: number; ratePerS: number; drainS: number; lost: number; backlog: number } | null;
+  events: { journalled: number; acked: number; stored: number; ratePerS: number; drainS: number; lost: number; backlog: number; centralCpuMsPerThousand: number } | null;
   notes: string[];
 }
 
@@ -386,6 +388,8 @@ async function latencyAndEvents(o: {
   pups: string[];
   countEvents: () => Promise<number>;
   dir: string;
+  /** the central processes, whose CPU the event burst costs (per 1,000 events: a figure less disturbed by other work on the machine than the rate) */
+  centrals: Central[];
 }): Promise<Pick<SetupResult, 'latency' | 'events'>> {
   const codeLog = path.join(o.dir, 'codes.jsonl');
   const n = Math.min(N_LAT, o.pups.length);
@@ -429,6 +433,9 @@ async function latencyAndEvents(o: {
 
     // door events
     const stored0 = await o.countEvents();
+    const centralCpu = () => o.centrals.reduce((sum, c) => sum + (procStat(c.pid)?.cpuMs ?? 0), 0);
+    const cpu0 = centralCpu();
+    let cpuAtLastAck = cpu0;
     const done = fleet.next((m) => m.type === 'eventsDone', EV_SECONDS * 1000 + 30_000, 'the event burst');
     const e0 = Date.now();
     fleet.send(`events ${EV_RATE} ${EV_SECONDS}`);
@@ -441,7 +448,10 @@ async function latencyAndEvents(o: {
       fleet.send('summary');
       const m = await fleet.next((x) => x.type === 'metrics', 5000, 'metrics');
       if (m) {
-        if (m.events.acked > acked) lastAckAt = Date.now();
+        if (m.events.acked > acked) {
+          lastAckAt = Date.now();
+          cpuAtLastAck = centralCpu();
+        }
         acked = m.events.acked;
         if (m.events.backlog === 0 || Date.now() > drainDeadline) break;
       }
@@ -451,7 +461,7 @@ async function latencyAndEvents(o: {
     const spanS = (lastAckAt - e0) / 1000;
     // lost: journalled, acknowledged to the terminal and yet not in edge_events; what is still
     // unacknowledged when the drain window ends is the backlog (the terminal keeps it), not lost
-    const events = { journalled, acked, stored, ratePerS: Math.round(acked / spanS), drainS: Number(spanS.toFixed(1)), lost: Math.max(0, acked - stored), backlog: journalled - acked };
+    const events = { journalled, acked, stored, ratePerS: Math.round(acked / spanS), drainS: Number(spanS.toFixed(1)), lost: Math.max(0, acked - stored), backlog: journalled - acked, centralCpuMsPerThousand: acked ? Number(((cpuAtLastAck - cpu0) / (acked / 1000)).toFixed(1)) : 0 };
     log(`events: ${JSON.stringify(events)}`);
     return { latency, events };
   } finally {
@@ -494,7 +504,7 @@ async function setupA(): Promise<SetupResult> {
         d.close();
       }
     };
-    const le = await latencyAndEvents({ url, file, secret, base: central.base, tenant, pups: site.terminals.map((t) => t.pupUid), countEvents, dir });
+    const le = await latencyAndEvents({ url, file, secret, base: central.base, tenant, pups: site.terminals.map((t) => t.pupUid), countEvents, dir, centrals: [central] });
     if (central.exited) notes.push(`the central service exited: ${JSON.stringify(central.exited)}; stderr: ${central.stderr.slice(-500)}`);
     return { name: '(a) one node, embedded broker, SQLite', n: N, ...sr, ...le, notes };
   } finally {
@@ -577,7 +587,7 @@ async function setupB(): Promise<SetupResult | string> {
         await c.end();
       }
     };
-    const le = await latencyAndEvents({ url, file, secret, base: centrals[0]!.base, tenant, pups: site.terminals.map((t) => t.pupUid), countEvents, dir });
+    const le = await latencyAndEvents({ url, file, secret, base: centrals[0]!.base, tenant, pups: site.terminals.map((t) => t.pupUid), countEvents, dir, centrals });
     return { name: '(b) Mosquitto, two central instances, PostgreSQL', n: N_B, ...sr, ...le, notes };
   } finally {
     for (const c of centrals) await c.kill('SIGTERM');
@@ -607,7 +617,7 @@ function table(results: (SetupResult | { name: string; skipped: string })[]): st
     `${row('CPU spent on that storm: central / the fleet simulator', (r) => `${r.storm.centralCpuS.toFixed(1)} s / ${r.storm.fleetCpuS.toFixed(1)} s in ${r.storm.wallS.toFixed(0)} s (the simulator's RSS: ${r.storm.fleetRssMiB} MiB)`)} |`,
     `${row('after SIGKILL + restart of the central service: all in sync again', (r) => `${r.restart.allInSyncS === null ? `not within ${SYNC_TIMEOUT_MS / 1000} s (${r.restart.inSync.toLocaleString('en')} back in sync)` : s(r.restart.allInSyncS)} (${r.restart.what}${r.restart.probeS !== undefined ? `; a booking made when the API answered reached its terminal ${s(r.restart.probeS)} later` : `; ${r.restart.attempts} attempts`})`)} <= 60 s at 10,000 |`,
     `${row('booking answered -> terminal holds the code, p50 / p99 / max', (r) => `${r.latency.p50 ?? '-'} / ${r.latency.p99 ?? '-'} / ${r.latency.max ?? '-'} ms (${r.latency.bookings} bookings at N = ${r.latency.n.toLocaleString('en')}, ${r.latency.lost} lost, ${r.latency.beforeAnswer} before the answer)`)} p99 <= 50 ms at 1,000 |`,
-    `${row('door events ingested end to end', (r) => (r.events ? `${r.events.ratePerS.toLocaleString('en')}/s (${r.events.acked.toLocaleString('en')} of ${r.events.journalled.toLocaleString('en')} events acknowledged in ${r.events.drainS} s${r.events.backlog ? `, ${r.events.backlog.toLocaleString('en')} still unacknowledged when the bench stopped waiting` : ''}; ${r.events.stored.toLocaleString('en')} rows in edge_events; lost ${r.events.lost})` : '-'))} >= 5,000/s on one node, none lost |`,
+    `${row('door events ingested end to end', (r) => (r.events ? `${r.events.ratePerS.toLocaleString('en')}/s (${r.events.acked.toLocaleString('en')} of ${r.events.journalled.toLocaleString('en')} events acknowledged in ${r.events.drainS} s${r.events.backlog ? `, ${r.events.backlog.toLocaleString('en')} still unacknowledged when the bench stopped waiting` : ''}; ${r.events.stored.toLocaleString('en')} rows in edge_events; lost ${r.events.lost}; central CPU ${r.events.centralCpuMsPerThousand} ms per 1,000 events)` : '-'))} >= 5,000/s on one node, none lost |`,
     `${row('central RSS per 1,000 connected terminals', (r) => `${r.rss.perThousandMiB} MiB (${r.rss.baseMiB} MiB before the fleet, ${r.rss.connectedMiB} MiB with ${r.rss.connected.toLocaleString('en')} connected${r.rss.instances > 1 ? `, ${r.rss.instances} instances together` : ''})`)} documented |`,
     `${row('central CPU per 1,000 connected idle terminals', (r) => `${r.rss.idleCpuPctPerThousand} % of a core (over 5 s, ${r.rss.connected.toLocaleString('en')} connected${r.rss.connected < r.n ? ', the rest still trying' : ''}; code snapshots received meanwhile: ${r.rss.snapshotsIdle.toLocaleString('en')})`)} documented |`,
   ];
