@@ -31,7 +31,7 @@ import { createLogger } from '../packages/central/src/logger';
 import { applyProvisioning } from '../packages/central/src/provisioning/apply';
 import { toDbTime } from '../packages/central/src/ids';
 import type { AppContext } from '../packages/central/src/context';
-import { provision } from './shipments.bench';
+import { fill, provision } from './shipments.bench';
 import { ENDPOINTS } from './api.bench';
 import { demoTenant, load, type LoadRequest } from './support';
 
@@ -48,7 +48,7 @@ const engine = (process.env.BENCH_PROFILE_ENGINE ?? 'sqlite') as 'sqlite' | 'pos
 const [what, bodyArg] = process.argv.slice(2);
 
 if (!what || what === '--help' || what === '-h') {
-  console.log(`usage: profile-endpoint.ts <preset | /v1/path [json body]>\npresets: bare, booking, ${ENDPOINTS.map((e) => e.name).join(', ')}`);
+  console.log(`usage: profile-endpoint.ts <preset | /v1/path [json body]>\npresets: bare, booking, shipments, ${ENDPOINTS.map((e) => e.name).join(', ')}`);
   process.exit(what ? 0 : 1);
 }
 
@@ -69,6 +69,19 @@ async function bookingTarget(svc: CentralService, ctx: AppContext): Promise<Targ
     headers: { 'content-type': 'application/json', authorization: `Bearer ${ctx.tokens.issue(tenant.uid).token}` },
     requests: pups.map((p) => ({ method: 'POST' as const, path: '/v1/Logistics/CreateLocalShipment', body: body(p) })),
   };
+}
+
+/** The shipments bench's GetShipments: a page of 100 (active, newest first) out of 100,000 stored, 64 connections. */
+async function shipmentsTarget(svc: CentralService, ctx: AppContext): Promise<Target> {
+  const now = toDbTime(new Date());
+  const site = { pickupPoints: [], terminals: [], tenants: [{ clientId: 'bench', clientSecret: 'bench-secret-0123456789', name: 'Bench', mainAccount: { email: 'bench-dispatch@example.test', firstName: 'B', lastName: 'D' }, pickupPoints: [] }] };
+  await applyProvisioning(ctx.db.kysely, site, ctx.clock);
+  const tenant = await ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'bench').executeTakeFirstOrThrow();
+  const { pups, user } = await provision(ctx.db, now, tenant.uid);
+  await fill(ctx.db, tenant.uid, pups, user);
+  const url = await svc.listen();
+  const body = process.env.BENCH_PROFILE_SINCE ? { pageNo: 1, pageSize: 100, activeShipments: true, updatedSince: '2025-01-01T09:00:00', sortBy: 'ActivityAsc' } : { pageNo: 1, pageSize: 100, activeShipments: true, sortBy: 'CreatedDesc' };
+  return { url, connections: 64, headers: { 'content-type': 'application/json', authorization: `Bearer ${ctx.tokens.issue(tenant.uid).token}` }, requests: [{ method: 'POST', path: '/v1/Logistics/GetShipments', body: JSON.stringify(body) }] };
 }
 
 /** A read preset of bench/api.bench.ts, or any path with a body, on the demo site. */
@@ -114,7 +127,7 @@ async function bareTarget(): Promise<Target> {
 const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
 const ctx = await svc.start();
 try {
-  const target = what === 'booking' ? await bookingTarget(svc, ctx) : what === 'bare' ? await bareTarget() : await demoTarget(svc, ctx);
+  const target = what === 'booking' ? await bookingTarget(svc, ctx) : what === 'shipments' ? await shipmentsTarget(svc, ctx) : what === 'bare' ? await bareTarget() : await demoTarget(svc, ctx);
   const url = target.url;
   const probe = await fetch(`${url}${target.requests[0]!.path}`, { method: 'POST', headers: target.headers, body: target.requests[0]!.body });
   console.log(`probe: ${probe.status} ${(await probe.text()).slice(0, 300)}`);
