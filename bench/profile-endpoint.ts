@@ -4,6 +4,7 @@
 //
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts GetPickUpPoints       # a preset (list: --help)
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts booking               # CreateLocalShipment, as bench/shipments.bench.ts loads it
+//   npx tsx --conditions=@locker/source bench/profile-endpoint.ts shipments             # GetShipments, 100 of 100,000, as bench/shipments.bench.ts loads it
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts bare                  # the bare fastify route every ratio is taken against
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts /v1/PickupPoints/GetLockers '{"pageNo":1,"pageSize":50,"pupUid":"{pupUid}"}'
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_SECONDS=10 BENCH_PROFILE_OUT=/tmp/x.cpuprofile npx tsx ... GetAccount
