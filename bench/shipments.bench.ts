@@ -16,6 +16,7 @@
 // After the booking run the store is checked for double-booked lockers (must be 0). Enough
 // lockers are provisioned (many PUPs) that no booking is refused for lack of space.
 import crypto from 'node:crypto';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -43,6 +44,8 @@ const STORED = 100_000;
 const SINCE = '2025-01-01T09:00:00';
 
 // BENCH_SHIPMENTS_ENGINES=sqlite measures one engine only (profiling runs).
+// BENCH_SHIPMENTS_CHECKPOINTS=commit: SQLite's checkpoints in the COMMIT instead of their thread (database.sqliteCheckpoints).
+const CHECKPOINTS = (process.env.BENCH_SHIPMENTS_CHECKPOINTS ?? 'background') as 'background' | 'commit';
 const ENGINES = (process.env.BENCH_SHIPMENTS_ENGINES ?? 'sqlite,postgres').split(',');
 
 const load = (url: string, requests: LoadRequest[], headers: Record<string, string>): Promise<Load> => loadRun({ url, connections: CONNECTIONS, duration: DURATION_S, headers, requests });
@@ -180,7 +183,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
   }
   const config = loadConfig({
     env: {},
-    overrides: { database: { url: dbUrl, poolSize: 16, sqliteSynchronous: 'FULL' }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 } },
+    overrides: { database: { url: dbUrl, poolSize: 16, sqliteSynchronous: 'FULL', sqliteCheckpoints: CHECKPOINTS }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 } },
   });
   const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
   const ctx = await svc.start();
@@ -208,7 +211,14 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
       path: '/v1/Logistics/CreateLocalShipment',
       body: JSON.stringify({ ToUserUid: user, PupUid: p, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' }),
     }));
+    // the event loop's longest stalls while bookings run: a checkpoint inside a COMMIT stops it
+    const loopDelay = monitorEventLoopDelay({ resolution: 5 });
+    loopDelay.enable();
     const book = await load(url, bookReqs, headers);
+    loopDelay.disable();
+    const stalls = `event loop delay during the bookings p99 / max ${(loopDelay.percentile(99) / 1e6).toFixed(0)} / ${(loopDelay.max / 1e6).toFixed(0)} ms`;
+    const cp = ctx.db.walCheckpointer?.stats;
+    const checkpoints = engine === 'sqlite' ? (cp ? `WAL checkpoints in their thread: ${cp.checkpoints} (max ${cp.maxFrames} frames, max ${cp.maxMs.toFixed(0)} ms, ${cp.partial} partial)` : 'WAL checkpoints in the COMMIT') : '';
     // Requests the load generator gave up on at the end may still commit: let them land, then
     // read every count from one snapshot (one statement).
     await new Promise((r) => setTimeout(r, 1000));
@@ -240,7 +250,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const sj = sprobe.json();
     if (sprobe.statusCode !== 200 || sj.items.length !== 100) throw new Error(`GetShipments updatedSince probe failed: ${sprobe.statusCode} ${sprobe.body.slice(0, 200)}`);
     const since = await load(url, [{ method: 'POST', path: '/v1/Logistics/GetShipments', body: sinceBody }], headers);
-    const note = `synchronous=${sync}; ${book.ok} bookings acknowledged, ${stored} shipments before fill, ${booked} lockers booked, ${pendingOutbox} callbacks queued${batching}${floor ? `; floor ${floor.ok} bookings` : ''}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match; with updatedSince ${SINCE}: ${sj.totalItems.toLocaleString('en')} match)`;
+    const note = `synchronous=${sync}; ${stalls}${checkpoints ? `; ${checkpoints}` : ''}; ${book.ok} bookings acknowledged, ${stored} shipments before fill, ${booked} lockers booked, ${pendingOutbox} callbacks queued${batching}${floor ? `; floor ${floor.ok} bookings` : ''}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match; with updatedSince ${SINCE}: ${sj.totalItems.toLocaleString('en')} match)`;
     return { engine, base, book, list, since, ...(floor ? { floor } : {}), doubleBooked: dbl.length, note };
   } finally {
     await svc.stop();

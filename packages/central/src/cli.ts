@@ -61,7 +61,7 @@ async function provision(cfg: Config, file: string) {
     if (e instanceof ProvisioningError) fail(`${e.code}: ${e.message}`);
     throw e;
   }
-  const db = await openDatabase({ url: cfg.database.url, sqliteSynchronous: cfg.database.sqliteSynchronous });
+  const db = await openDatabase({ url: cfg.database.url, sqliteSynchronous: cfg.database.sqliteSynchronous, sqliteCheckpoints: cfg.database.sqliteCheckpoints });
   try {
     await db.migrate();
     return await applyProvisioning(db.kysely, parsed, systemClock, { terminalDigestKey: terminalDigestKey({ pepper: cfg.mqtt.terminalSecretPepper, tokenSigningKey: cfg.auth.tokenSigningKey }) });

@@ -38,6 +38,10 @@ export const ConfigSchema = z
         // SQLite durability: FULL survives a power cut; NORMAL is faster but may lose the last
         // commits on power loss (never corrupts). Set explicitly on every open.
         sqliteSynchronous: z.enum(['FULL', 'NORMAL', 'EXTRA']).default('FULL'),
+        // SQLite WAL checkpoints: 'background' in a thread of their own, between two write
+        // transactions (db/checkpointer.ts); 'commit' inside the COMMIT that fills the WAL, on the
+        // event loop (SQLite's automatic checkpoint)
+        sqliteCheckpoints: z.enum(['background', 'commit']).default('background'),
         poolSize: z.coerce.number().int().min(1).max(100).default(10),
         // PostgreSQL: the booking's hot statements as named prepared statements (parsed once per
         // connection). Turn off behind a pooler in transaction mode that cannot carry them
@@ -256,6 +260,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_HTTP_PUBLIC_BASE_URL: ['http', 'publicBaseUrl'],
   LOCKER_DATABASE_URL: ['database', 'url'],
   LOCKER_DATABASE_SQLITE_SYNCHRONOUS: ['database', 'sqliteSynchronous'],
+  LOCKER_DATABASE_SQLITE_CHECKPOINTS: ['database', 'sqliteCheckpoints'],
   LOCKER_DATABASE_POOL_SIZE: ['database', 'poolSize'],
   LOCKER_DATABASE_PG_PREPARED_STATEMENTS: ['database', 'pgPreparedStatements'],
   LOCKER_AUTH_TOKEN_LIFETIME_SECONDS: ['auth', 'tokenLifetimeSeconds'],

@@ -55,7 +55,15 @@ export class CentralService {
     const { config } = this.opts;
     const log = this.opts.log ?? createLogger({ level: config.log.level, pretty: config.log.pretty });
     const clock = this.opts.clock ?? systemClock;
-    const db = await openDatabase({ url: config.database.url, sqliteSynchronous: config.database.sqliteSynchronous, poolSize: config.database.poolSize, pgPreparedStatements: config.database.pgPreparedStatements, pgSchema: this.opts.pgSchema });
+    const db = await openDatabase({
+      url: config.database.url,
+      sqliteSynchronous: config.database.sqliteSynchronous,
+      sqliteCheckpoints: config.database.sqliteCheckpoints,
+      onCheckpointerFailure: (err) => log.error({ ns: 'central.db', err: err.message, errorCode: 'SQLITE_CHECKPOINTER_FAILED' }, 'the WAL checkpoint thread failed: checkpoints run in the commits again'),
+      poolSize: config.database.poolSize,
+      pgPreparedStatements: config.database.pgPreparedStatements,
+      pgSchema: this.opts.pgSchema,
+    });
     const applied = await db.migrate();
     if (applied.length) log.info({ ns: 'central.db', applied }, 'migrations applied');
     const tokens = new TokenService(await signingKey(db, config.auth.tokenSigningKey), config.auth.tokenLifetimeSeconds, clock);

@@ -76,6 +76,7 @@ describe('npm run build: the CLIs run from the build with production dependencie
     expect(fs.existsSync(path.join(out, 'packages/central/dist/cli.js'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/dist/accounts/suggestions/workbook-worker.mjs'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/dist/accounts/suggestions/sheet-rows.mjs'))).toBe(true);
+    expect(fs.existsSync(path.join(out, 'packages/central/dist/db/checkpoint-worker.mjs'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/provisioning/demo-site.yaml'))).toBe(true);
     for (const d of ['packages/agent', 'packages/common', 'packages/lockbus', 'firmware-sim']) expect(fs.existsSync(path.join(out, d, 'dist/index.js'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/src'))).toBe(false);
@@ -104,6 +105,27 @@ describe('npm run build: the CLIs run from the build with production dependencie
     expect(r.stderr).not.toMatch(/\n\s+at /);
     expect(r.code).toBe(0);
     expect(fs.existsSync(db)).toBe(true);
+  });
+
+  it('the WAL checkpoint thread runs from the build (its worker file beside the built module)', () => {
+    const script = path.join(out, 'checkpoint-probe.mjs');
+    fs.writeFileSync(
+      script,
+      `import { openDatabase } from './packages/central/dist/db/database.js';
+const failures = [];
+const db = await openDatabase({ url: process.argv[2], onCheckpointerFailure: (e) => failures.push(e.message) });
+await db.kysely.schema.createTable('t').addColumn('v', 'text').execute();
+const r = await db.walCheckpointer.checkpoint();
+await db.close();
+console.log(JSON.stringify({ r, failures }));`,
+    );
+    const r = runBuilt('checkpoint-probe.mjs', [path.join(out, 'probe.db')]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const { r: result, failures } = JSON.parse(r.stdout) as { r: { log: number; checkpointed: number } | null; failures: string[] };
+    expect(failures).toEqual([]);
+    expect(result).not.toBeNull();
+    expect(result!.checkpointed).toBe(result!.log);
   });
 
   it('locker-lockbus from the build reaches the serial binding: a missing port is exit 1, PORT_OPEN_FAILED', () => {

@@ -10,6 +10,7 @@ import { migrations as allMigrations } from './migrations/index';
 import { withPreparedStatements } from './pg-prepared';
 import { LockerPostgresDialect } from './pg-introspector';
 import { FifoSqliteDialect } from './sqlite-dialect';
+import { WAL_AUTOCHECKPOINT_PAGES, WAL_SAFETY_PAGES, WalCheckpointer } from './checkpointer';
 
 export type Engine = 'sqlite' | 'postgres';
 
@@ -36,6 +37,8 @@ export interface Db {
    */
   readonly committedIterate?: <R>(text: string, params: readonly unknown[]) => IterableIterator<R>;
   readonly pool?: pg.Pool;
+  /** SQLite in a file with database.sqliteCheckpoints 'background': the WAL checkpoint thread (the group-commit runner asks it) */
+  readonly walCheckpointer?: WalCheckpointer;
 }
 
 export interface OpenDatabaseOptions {
@@ -46,6 +49,10 @@ export interface OpenDatabaseOptions {
   pgPreparedStatements?: boolean;
   /** PostgreSQL schema to use (created if missing); tests use one per test file. */
   pgSchema?: string;
+  /** SQLite in a file: WAL checkpoints in a thread of their own ('background', the default) or in the COMMIT ('commit') */
+  sqliteCheckpoints?: 'background' | 'commit';
+  /** told when the checkpoint thread fails (checkpoints are the main connection's again) */
+  onCheckpointerFailure?: (err: Error) => void;
 }
 
 class StaticProvider implements MigrationProvider {
@@ -93,14 +100,33 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
   sqlite.pragma(`synchronous = ${opts.sqliteSynchronous ?? 'FULL'}`);
   sqlite.pragma('busy_timeout = 5000');
   sqlite.pragma('foreign_keys = ON');
+  const inFile = file !== ':memory:' && file !== '';
+  // SQLite's own checkpoint in a COMMIT: the group commit's size, or (a thread checkpoints) a far
+  // larger safety net that only a writer outside the runner's pauses ever reaches
+  const background = inFile && (opts.sqliteCheckpoints ?? 'background') === 'background';
+  sqlite.pragma(`wal_autocheckpoint = ${background ? WAL_SAFETY_PAGES : WAL_AUTOCHECKPOINT_PAGES}`);
+  const totalChanges = sqlite.prepare('SELECT total_changes() AS c');
+  const walCheckpointer = background
+    ? new WalCheckpointer(file, {
+        synchronous: opts.sqliteSynchronous ?? 'FULL',
+        changes: () => (totalChanges.get() as { c: number }).c,
+        inTransaction: () => sqlite.inTransaction,
+        onFailure: (err) => {
+          if (sqlite.open) sqlite.pragma(`wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
+          opts.onCheckpointerFailure?.(err);
+        },
+      })
+    : undefined;
   const kysely = new Kysely<Database>({ dialect: new FifoSqliteDialect({ database: withStatementCache(sqlite) }) });
-  const reader = file === ':memory:' || file === '' ? null : committedReader(file);
+  const reader = inFile ? committedReader(file) : null;
   const db = makeDb(kysely, 'sqlite', { sqlite, ...(reader ? { committedGet: reader.get, committedIterate: reader.iterate } : {}) });
-  if (!reader) return db;
+  if (!reader && !walCheckpointer) return db;
   return {
     ...db,
+    ...(walCheckpointer ? { walCheckpointer } : {}),
     async close() {
-      reader.close();
+      await walCheckpointer?.stop();
+      reader?.close();
       await db.close();
     },
   };

@@ -36,7 +36,7 @@ export class UnknownPupError extends Error {}
 
 /** Opens the configured database, reads the disagreements, returns the report (text or JSON). */
 export async function disagreementsReport(cfg: Config, opts: { pup?: string; json?: boolean; clock: Clock }): Promise<string> {
-  const db = await openDatabase({ url: cfg.database.url, sqliteSynchronous: cfg.database.sqliteSynchronous });
+  const db = await openDatabase({ url: cfg.database.url, sqliteSynchronous: cfg.database.sqliteSynchronous, sqliteCheckpoints: cfg.database.sqliteCheckpoints });
   try {
     await db.migrate();
     if (opts.pup && !(await db.kysely.selectFrom('pups').select('uid').where('uid', '=', opts.pup).executeTakeFirst())) throw new UnknownPupError(`no pick up point ${opts.pup}`);

@@ -9,8 +9,6 @@ import type { Db } from '../db/database';
 import type { Database } from '../db/schema';
 import { sqliteStatement } from './sqlq';
 
-const WAL_AUTOCHECKPOINT_PAGES = Number(process.env.LOCKER_SQLITE_WAL_AUTOCHECKPOINT ?? 10000);
-
 export type Trx = Transaction<Database>;
 export type TxJob<T> = (trx: Trx) => Promise<T>;
 
@@ -88,6 +86,10 @@ export class SqliteGroupCommitRunner implements TxRunner {
       while (this.queue.length) {
         const batch = this.queue.splice(0, this.maxBatch);
         await this.runBatch(batch);
+        // a WAL checkpoint in its thread when one is due (db/checkpointer.ts): the next batch
+        // waits for it (jobs keep queueing and join it; the event loop runs on), so no frame is
+        // appended while it copies and the next write starts the WAL again from its beginning
+        await this.db.walCheckpointer?.maybe();
       }
     } finally {
       this.running = false;
@@ -108,13 +110,8 @@ export class SqliteGroupCommitRunner implements TxRunner {
       // sub-journal spills to a temporary FILE, so every booking paid ~90 pwrite calls for
       // pages that are thrown away at RELEASE. In memory it is a copy.
       this.db.sqlite!.pragma('temp_store = MEMORY');
-      // A checkpoint copies each page once however often the WAL holds it; bookings rewrite the
-      // same hot pages (lockers, index interiors) batch after batch, so checkpointing every 10000
-      // frames (~40 MiB of WAL) instead of every 1000 copies far fewer pages per booking: COMMIT
-      // cost per booking fell from ~145 to ~100 us (bookings through inject, 64 at a time). The
-      // checkpoint still runs in a COMMIT (a longer, rarer stall); durability is unchanged (WAL
-      // frames are fsynced at every COMMIT). LOCKER_SQLITE_WAL_AUTOCHECKPOINT overrides it.
-      this.db.sqlite!.pragma(`wal_autocheckpoint = ${WAL_AUTOCHECKPOINT_PAGES}`);
+      // wal_autocheckpoint is set where the database opens (db/database.ts, db/checkpointer.ts):
+      // checkpoints in a thread between batches (drain), or in the COMMIT
       this.configured = true;
     }
     const outcomes: ({ ok: true; v: unknown } | { ok: false; e: unknown })[] = [];
