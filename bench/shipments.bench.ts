@@ -218,7 +218,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     loopDelay.disable();
     const stalls = `event loop delay during the bookings p99 / max ${(loopDelay.percentile(99) / 1e6).toFixed(0)} / ${(loopDelay.max / 1e6).toFixed(0)} ms`;
     const cp = ctx.db.walCheckpointer?.stats;
-    const checkpoints = engine === 'sqlite' ? (cp ? `WAL checkpoints in their thread: ${cp.checkpoints} (max ${cp.maxFrames} frames, max ${cp.maxMs.toFixed(0)} ms, ${cp.partial} partial)` : 'WAL checkpoints in the COMMIT') : '';
+    const checkpoints = engine === 'sqlite' ? (cp ? `WAL checkpoints in their thread: ${cp.checkpoints} (max ${cp.maxFrames} frames, max ${cp.maxMs.toFixed(0)} ms, ${cp.overlapped} beside a write, ${cp.errors} refused)` : 'WAL checkpoints in the COMMIT') : '';
     // Requests the load generator gave up on at the end may still commit: let them land, then
     // read every count from one snapshot (one statement).
     await new Promise((r) => setTimeout(r, 1000));

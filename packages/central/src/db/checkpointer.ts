@@ -53,10 +53,12 @@ export interface CheckpointResult {
 
 export interface CheckpointerStats {
   checkpoints: number;
+  /** checkpoints SQLite refused (the next one copies what is left; MAX_CONSECUTIVE_ERRORS in a row fail the thread) */
+  errors: number;
   /** the most frames a checkpoint found in the WAL */
   maxFrames: number;
-  /** checkpoints that left frames behind (a write outside the runner meanwhile) */
-  partial: number;
+  /** checkpoints during which the main connection wrote anyway (a writer outside the runner): the WAL does not restart after them */
+  overlapped: number;
   maxMs: number;
   totalMs: number;
 }
@@ -65,26 +67,32 @@ export class CheckpointerError extends Error {
   readonly code = 'SQLITE_CHECKPOINTER_FAILED';
 }
 
+/** checkpoints that fail one after another before the thread counts as failed */
+const MAX_CONSECUTIVE_ERRORS = 5;
+
 export class WalCheckpointer {
   private readonly worker: Worker;
   private readonly ready: Promise<void>;
+  private started = false;
   private nextId = 0;
   private readonly pending = new Map<number, (r: CheckpointResult | null) => void>();
   private dead: Error | null = null;
   private stopping = false;
-  readonly stats: CheckpointerStats = { checkpoints: 0, maxFrames: 0, partial: 0, maxMs: 0, totalMs: 0 };
+  private consecutiveErrors = 0;
+  readonly stats: CheckpointerStats = { checkpoints: 0, errors: 0, maxFrames: 0, overlapped: 0, maxMs: 0, totalMs: 0 };
 
   /** total_changes() and the time at the last checkpoint */
   private checkpointedChanges = 0;
   private checkpointedAt = Date.now();
-  private inFlight: Promise<CheckpointResult | null> | null = null;
+  private inFlight: Promise<void> | null = null;
   private readonly timer: NodeJS.Timeout;
+  private readonly failed: (err: Error) => void;
 
   constructor(
     file: string,
     private readonly opts: {
       synchronous?: string;
-      /** the main connection's total_changes(): rows written since it opened */
+      /** the main connection's total_changes(): rows written since it opened (DDL is not counted) */
       changes: () => number;
       /** a transaction is open on the main connection (its writes go on meanwhile) */
       inTransaction: () => boolean;
@@ -93,45 +101,69 @@ export class WalCheckpointer {
     },
   ) {
     this.worker = new Worker(WORKER, { workerData: { file, synchronous: opts.synchronous ?? 'FULL' } });
-    this.worker.unref();
+    let resolveReady!: () => void;
+    this.ready = new Promise<void>((r) => (resolveReady = r));
+    this.failed = (err: Error) => {
+      resolveReady();
+      if (this.dead || this.stopping) return;
+      const dead = new CheckpointerError(`the WAL checkpoint thread failed: ${err.message}`);
+      this.dead = dead;
+      clearInterval(this.timer);
+      for (const r of this.pending.values()) r(null);
+      this.pending.clear();
+      this.worker.unref();
+      void this.worker.terminate();
+      try {
+        opts.onFailure(dead);
+      } catch {
+        /* the caller's handler must not take the process down */
+      }
+    };
+    this.worker.on('error', this.failed);
+    this.worker.on('exit', (code) => this.failed(new Error(`exited with code ${code}`)));
+    this.worker.on('message', (m: { ready?: boolean; id?: number; error?: string; busy?: number; log?: number; checkpointed?: number; ms?: number }) => {
+      if (m.ready) {
+        this.started = true;
+        resolveReady();
+        this.refresh();
+        return;
+      }
+      const done = this.pending.get(m.id!);
+      if (!done) return;
+      this.pending.delete(m.id!);
+      if (m.error !== undefined) {
+        // one checkpoint failed (e.g. SQLITE_BUSY on a lock): the next one copies what is left;
+        // several in a row: the thread is of no use, the commits checkpoint again
+        this.stats.errors++;
+        if (++this.consecutiveErrors >= MAX_CONSECUTIVE_ERRORS) this.failed(new Error(`${this.consecutiveErrors} checkpoints failed in a row, the last: ${m.error}`));
+        done(null);
+        return;
+      }
+      this.consecutiveErrors = 0;
+      const r: CheckpointResult = { log: m.log!, checkpointed: m.checkpointed!, busy: m.busy === 1, ms: m.ms! };
+      this.stats.checkpoints++;
+      this.stats.maxFrames = Math.max(this.stats.maxFrames, r.log);
+      this.stats.maxMs = Math.max(this.stats.maxMs, r.ms);
+      this.stats.totalMs += r.ms;
+      done(r);
+    });
+    // the thread keeps the process alive only while it is starting or a checkpoint is asked
+    // (refresh): a process that never closes the database still exits
+    this.refresh();
     // writes outside the group-commit runner, or the runner's last batch before a quiet spell:
     // checkpointed once a second when no transaction is open (best effort: a write meanwhile
     // leaves its frames for the next checkpoint)
     this.timer = setInterval(() => {
-      if (this.alive && !this.inFlight && !opts.inTransaction()) void this.maybe();
+      if (this.alive && !this.inFlight && !opts.inTransaction()) this.maybe().catch(() => undefined);
     }, CHECKPOINT_INTERVAL_MS);
     this.timer.unref();
-    this.ready = new Promise<void>((resolve) => {
-      const fail = (err: Error) => {
-        if (this.dead || this.stopping) return;
-        this.dead = new CheckpointerError(`the WAL checkpoint thread failed: ${err.message}`);
-        clearInterval(this.timer);
-        for (const r of this.pending.values()) r(null);
-        this.pending.clear();
-        resolve();
-        opts.onFailure(this.dead);
-      };
-      this.worker.on('error', fail);
-      this.worker.on('exit', (code) => fail(new Error(`exited with code ${code}`)));
-      this.worker.on('message', (m: { ready?: boolean; id?: number; error?: string; busy?: number; log?: number; checkpointed?: number; ms?: number }) => {
-        if (m.ready) return resolve();
-        const done = this.pending.get(m.id!);
-        if (!done) return;
-        this.pending.delete(m.id!);
-        if (m.error !== undefined) {
-          // one checkpoint failed (e.g. SQLITE_BUSY on a lock): no harm, the next one copies what is left
-          done(null);
-          return;
-        }
-        const r: CheckpointResult = { log: m.log!, checkpointed: m.checkpointed!, busy: m.busy === 1, ms: m.ms! };
-        this.stats.checkpoints++;
-        this.stats.maxFrames = Math.max(this.stats.maxFrames, r.log);
-        if (r.checkpointed < r.log) this.stats.partial++;
-        this.stats.maxMs = Math.max(this.stats.maxMs, r.ms);
-        this.stats.totalMs += r.ms;
-        done(r);
-      });
-    });
+  }
+
+  /** ref'd while starting or while a checkpoint is pending, unref'd otherwise */
+  private refresh(): void {
+    if (this.dead || this.stopping) return;
+    if (!this.started || this.pending.size) this.worker.ref();
+    else this.worker.unref();
   }
 
   /** false once the thread failed or was stopped */
@@ -139,17 +171,20 @@ export class WalCheckpointer {
     return !this.dead && !this.stopping;
   }
 
+  /** Resolves when no checkpoint is under way (the runner waits for one the timer started). */
+  async settled(): Promise<void> {
+    while (this.inFlight) await this.inFlight;
+  }
+
   /**
    * A checkpoint when one is due: CHECKPOINT_CHANGES rows changed since the last, or
    * CHECKPOINT_INTERVAL_MS passed with any change. The group-commit runner awaits it between two
-   * batches (shipments/tx.ts), so that nothing is appended while it copies; one under way is
-   * awaited, not doubled.
+   * batches (shipments/tx.ts), so that nothing is appended while it copies. A checkpoint during
+   * which the main connection wrote anyway (a writer outside the runner) counts as overlapped:
+   * its WAL does not restart then, the next checkpoint copies the rest.
    */
   async maybe(): Promise<void> {
-    if (this.inFlight) {
-      await this.inFlight;
-      return;
-    }
+    await this.settled();
     if (!this.alive) return;
     const changes = this.opts.changes();
     const delta = changes - this.checkpointedChanges;
@@ -158,7 +193,11 @@ export class WalCheckpointer {
     if (delta < CHECKPOINT_CHANGES && now - this.checkpointedAt < CHECKPOINT_INTERVAL_MS) return;
     this.checkpointedChanges = changes;
     this.checkpointedAt = now;
-    this.inFlight = this.checkpoint();
+    const run = async () => {
+      const r = await this.checkpoint();
+      if (r && this.alive && this.opts.changes() !== changes) this.stats.overlapped++;
+    };
+    this.inFlight = run();
     try {
       await this.inFlight;
     } finally {
@@ -168,24 +207,28 @@ export class WalCheckpointer {
 
   /**
    * One checkpoint in the thread; null when it could not run (the thread failed, SQLite refused
-   * it) or gave no answer within waitMs (it may still finish in the thread: a PASSIVE checkpoint
-   * beside the writer does no harm).
+   * it) or gave no answer within waitMs, the thread's start included (it may still finish in the
+   * thread: a PASSIVE checkpoint beside the writer does no harm).
    */
   async checkpoint(waitMs = CHECKPOINT_WAIT_MS): Promise<CheckpointResult | null> {
-    await this.ready;
-    if (!this.alive) return null;
-    const id = ++this.nextId;
-    return new Promise<CheckpointResult | null>((resolve) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(id);
-        resolve(null);
-      }, waitMs);
-      this.pending.set(id, (r) => {
-        clearTimeout(timer);
-        resolve(r);
-      });
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<'expired'>((r) => (timer = setTimeout(() => r('expired'), waitMs)));
+    try {
+      if ((await Promise.race([this.ready.then(() => 'ready' as const), expired])) === 'expired' || !this.alive) return null;
+      const id = ++this.nextId;
+      const answer = new Promise<CheckpointResult | null>((resolve) => this.pending.set(id, resolve));
+      this.refresh();
       this.worker.postMessage({ op: 'checkpoint', id });
-    });
+      const r = await Promise.race([answer, expired]);
+      if (r === 'expired') {
+        this.pending.delete(id);
+        return null;
+      }
+      return r;
+    } finally {
+      clearTimeout(timer);
+      this.refresh();
+    }
   }
 
   /** Ends the thread (after the checkpoint under way, if any). */

@@ -123,7 +123,18 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
   if (!reader && !walCheckpointer) return db;
   return {
     ...db,
-    ...(walCheckpointer ? { walCheckpointer } : {}),
+    ...(walCheckpointer
+      ? {
+          walCheckpointer,
+          // migrations write DDL and index builds, which total_changes() does not count: their
+          // frames are copied at once, not left for the safety net
+          async migrate() {
+            const applied = await db.migrate();
+            if (applied.length) await walCheckpointer.checkpoint();
+            return applied;
+          },
+        }
+      : {}),
     async close() {
       await walCheckpointer?.stop();
       reader?.close();

@@ -84,6 +84,8 @@ export class SqliteGroupCommitRunner implements TxRunner {
   private async drain(): Promise<void> {
     try {
       while (this.queue.length) {
+        // not beside a checkpoint the timer started (db/checkpointer.ts)
+        await this.db.walCheckpointer?.settled();
         const batch = this.queue.splice(0, this.maxBatch);
         await this.runBatch(batch);
         // a WAL checkpoint in its thread when one is due (db/checkpointer.ts): the next batch
