@@ -53,13 +53,18 @@ if (!what || what === '--help' || what === '-h') {
   process.exit(what ? 0 : 1);
 }
 
-/** The shipments bench's booking: 500 PUPs x 80 lockers, callbacks registered, one body per PUP. */
-async function bookingTarget(svc: CentralService, ctx: AppContext): Promise<Target> {
+/** The shipments bench's tenant with its 500 PUPs x 80 lockers (shipments.bench.ts provision). */
+async function benchTenant(ctx: AppContext) {
   const now = toDbTime(new Date());
   const site = { pickupPoints: [], terminals: [], tenants: [{ clientId: 'bench', clientSecret: 'bench-secret-0123456789', name: 'Bench', mainAccount: { email: 'bench-dispatch@example.test', firstName: 'B', lastName: 'D' }, pickupPoints: [] }] };
   await applyProvisioning(ctx.db.kysely, site, ctx.clock);
   const tenant = await ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'bench').executeTakeFirstOrThrow();
-  const { pups, user } = await provision(ctx.db, now, tenant.uid);
+  return { now, tenant, ...(await provision(ctx.db, now, tenant.uid)) };
+}
+
+/** The shipments bench's booking: 500 PUPs x 80 lockers, callbacks registered, one body per PUP. */
+async function bookingTarget(svc: CentralService, ctx: AppContext): Promise<Target> {
+  const { now, tenant, pups, user } = await benchTenant(ctx);
   // callbacks registered: every booking queues a pending outbox row, as in the shipments bench
   await ctx.db.kysely.insertInto('callback_configs').values({ tenant_uid: tenant.uid, url: 'http://127.0.0.1:9/callbacks', auth_type: 'HMAC', auth_key: 'k'.repeat(64), created_at: now, updated_at: now }).execute();
   const url = await svc.listen();
@@ -74,11 +79,7 @@ async function bookingTarget(svc: CentralService, ctx: AppContext): Promise<Targ
 
 /** The shipments bench's GetShipments: a page of 100 (active, newest first) out of 100,000 stored, 64 connections. */
 async function shipmentsTarget(svc: CentralService, ctx: AppContext): Promise<Target> {
-  const now = toDbTime(new Date());
-  const site = { pickupPoints: [], terminals: [], tenants: [{ clientId: 'bench', clientSecret: 'bench-secret-0123456789', name: 'Bench', mainAccount: { email: 'bench-dispatch@example.test', firstName: 'B', lastName: 'D' }, pickupPoints: [] }] };
-  await applyProvisioning(ctx.db.kysely, site, ctx.clock);
-  const tenant = await ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'bench').executeTakeFirstOrThrow();
-  const { pups, user } = await provision(ctx.db, now, tenant.uid);
+  const { tenant, pups, user } = await benchTenant(ctx);
   await fill(ctx.db, tenant.uid, pups, user);
   const url = await svc.listen();
   const body = process.env.BENCH_PROFILE_SINCE ? { pageNo: 1, pageSize: 100, activeShipments: true, updatedSince: '2025-01-01T09:00:00', sortBy: 'ActivityAsc' } : { pageNo: 1, pageSize: 100, activeShipments: true, sortBy: 'CreatedDesc' };
