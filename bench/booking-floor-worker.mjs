@@ -8,8 +8,10 @@
 // Keep the statements in step with packages/central/src/shipments (booking.ts, service.ts
 // createIn, codes.ts, callbacks/outbox.ts); the schema itself comes from the real migrations.
 import crypto from 'node:crypto';
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, Worker, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
+
+const CHECKPOINT_WORKER = new URL('../packages/central/src/db/checkpoint-worker.mjs', import.meta.url);
 
 const SHIPMENT_COLS = ['uid', 'tenant_uid', 'type_code', 'flow', 'state_code', 'active', 'state_start', 'created_at', 'updated_at', 'reference_no', 'reference_case_no', 'description', 'from_user_uid', 'to_user_uid', 'from_address', 'to_address', 'receiver_delayed', 'keep_booked', 'pup_uid', 'locker_uid', 'width', 'height', 'length', 'swaps_shipment_uid', 'prior_shipment_uid', 'waits_on_uid', 'wait_kind', 'drop_off_deadline', 'seq'];
 const OUTBOX_COLS = ['event_id', 'tenant_uid', 'shipment_uid', 'sequence', 'message_type', 'payload', 'status', 'attempts', 'next_attempt_at', 'lease_until', 'lease_owner', 'last_status', 'last_error', 'created_at', 'delivered_at'];
@@ -29,12 +31,30 @@ const sorted = (d) => [d.width, d.height, d.length].sort((a, b) => a - b);
  * appendOnly: lower still, the free lockers are held in memory (loaded once) and a booking is
  * only the append of its JSON row (a log from which every table would have to be derived).
  */
-export function makeBooker(file, { minimal = false, appendOnly = false } = {}) {
+export function makeBooker(file, { minimal = false, appendOnly = false, checkpoints = 'commit' } = {}) {
   const db = new Database(file);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = FULL');
   db.pragma('temp_store = MEMORY');
-  db.pragma('wal_autocheckpoint = 10000');
+  // checkpoints 'background': as the service does them (packages/central/src/db/checkpointer.ts),
+  // in a thread with its own connection between two batches, the next batch held until it answers
+  // (after 2,000 changed rows or a second); 'commit': SQLite's own, inside the COMMIT at 10,000 pages
+  const background = checkpoints === 'background';
+  db.pragma(`wal_autocheckpoint = ${background ? 40000 : 10000}`);
+  const checkpointer = background ? new Worker(CHECKPOINT_WORKER, { workerData: { file, synchronous: 'FULL' } }) : null;
+  checkpointer?.unref();
+  /** what to do when the checkpoint asked for answers (the thread's first message is its start) */
+  let onAnswer = null;
+  checkpointer?.on('message', (m) => {
+    if (m?.ready) return;
+    const f = onAnswer;
+    onAnswer = null;
+    f?.();
+  });
+  const totalChanges = db.prepare('SELECT total_changes() AS c');
+  let checkpointedChanges = 0;
+  let checkpointedAt = Date.now();
+  let paused = false;
   const candidates = db.prepare(
     "SELECT uid, name, width, height, length FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY width * height * length, CASE WHEN type_code = 'normal' THEN 0 ELSE 1 END, name LIMIT 4",
   );
@@ -126,25 +146,45 @@ export function makeBooker(file, { minimal = false, appendOnly = false } = {}) {
     stats.batches++;
     stats.jobs += batch.length;
     batch.forEach(([, done], i) => done(answers[i]));
+    if (checkpointer) {
+      const c = totalChanges.get().c;
+      if (c - checkpointedChanges >= 2000 || (c > checkpointedChanges && Date.now() - checkpointedAt >= 1000)) {
+        checkpointedChanges = c;
+        checkpointedAt = Date.now();
+        paused = true;
+        stats.checkpoints = (stats.checkpoints ?? 0) + 1;
+        onAnswer = () => {
+          paused = false;
+          if (queue.length && !scheduled) {
+            scheduled = true;
+            setImmediate(runBatch);
+          }
+        };
+        checkpointer.postMessage({ op: 'checkpoint', id: stats.checkpoints });
+      }
+    }
   }
   return {
     stats,
     book(m) {
       return new Promise((resolve) => {
         queue.push([m, resolve]);
-        if (!scheduled) {
+        if (!scheduled && !paused) {
           scheduled = true;
           setImmediate(runBatch);
         }
       });
     },
-    close: () => db.close(),
+    close: () => {
+      void checkpointer?.terminate();
+      db.close();
+    },
   };
 }
 
 if (parentPort && workerData?.file) {
   // writer thread: requests arrive as [id, request], answers go back as [id, answer] pairs
-  const booker = makeBooker(workerData.file, { minimal: !!workerData.minimal, appendOnly: !!workerData.appendOnly });
+  const booker = makeBooker(workerData.file, { minimal: !!workerData.minimal, appendOnly: !!workerData.appendOnly, checkpoints: workerData.checkpoints ?? 'commit' });
   parentPort.on('message', ([id, m]) => {
     void booker.book(m).then((answer) => parentPort.postMessage([id, answer]));
   });

@@ -65,7 +65,7 @@ export async function template(dir: string): Promise<{ file: string; tenantUid: 
   return { file, tenantUid: t.uid, mainUid: t.main_account_uid, user, pups };
 }
 
-export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean } = {}): Promise<{ name: string; load: Load; batch: string }> {
+export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean; checkpoints?: 'background' | 'commit' } = {}): Promise<{ name: string; load: Load; batch: string }> {
   const file = path.join(dir, `${name.replace(/\W+/g, '-')}.db`);
   fs.copyFileSync(tpl.file, file);
   if (drop.length) {
@@ -78,7 +78,7 @@ export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: st
   const waiting = new Map<number, (v: unknown) => void>();
   let seq = 0;
   if (mode === 'inline') {
-    const mod = (await import(pathToFileURL(WORKER).href)) as { makeBooker(file: string, opts?: { minimal?: boolean; appendOnly?: boolean }): Booker };
+    const mod = (await import(pathToFileURL(WORKER).href)) as { makeBooker(file: string, opts?: { minimal?: boolean; appendOnly?: boolean; checkpoints?: 'background' | 'commit' }): Booker };
     booker = mod.makeBooker(file, design);
   } else {
     worker = new Worker(WORKER, { workerData: { file, ...design } });

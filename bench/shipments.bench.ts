@@ -157,7 +157,8 @@ async function floorRun(): Promise<Load> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-floor-'));
   try {
     const tpl = await template(dir);
-    return (await variant(tpl, dir, 'floor', [], 'inline')).load;
+    // the floor checkpoints as the endpoint does (database.sqliteCheckpoints): the ratio compares like with like
+    return (await variant(tpl, dir, 'floor', [], 'inline', { checkpoints: CHECKPOINTS })).load;
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }
