@@ -222,6 +222,42 @@ registerScrapeGauge({
   },
 });
 
+registerScrapeGauge({
+  name: 'locker_sqlite_checkpoint_thread_up',
+  help: 'SQLite with database.sqliteCheckpoints background: 1 while the WAL checkpoint thread works, 0 once it failed (checkpoints run inside the commits again, on the event loop). Absent otherwise',
+  // a label, so that the gauge has no sample at all without the thread (an unlabelled gauge reads 0)
+  labelNames: ['mode'],
+  async collect(ctx) {
+    const c = ctx.db.walCheckpointer;
+    return c ? [{ labels: { mode: 'background' }, value: c.alive ? 1 : 0 }] : [];
+  },
+});
+
+registerScrapeGauge({
+  name: 'locker_sqlite_wal_checkpoints',
+  help: 'WAL checkpoints of the checkpoint thread since the start, by outcome: done; overlapped (of those done, the main connection wrote meanwhile: the WAL did not restart); refused (SQLite refused it). Absent without the thread',
+  labelNames: ['outcome'],
+  async collect(ctx) {
+    const st = ctx.db.walCheckpointer?.stats;
+    if (!st) return [];
+    return [
+      { labels: { outcome: 'done' }, value: st.checkpoints },
+      { labels: { outcome: 'overlapped' }, value: st.overlapped },
+      { labels: { outcome: 'refused' }, value: st.errors },
+    ];
+  },
+});
+
+registerScrapeGauge({
+  name: 'locker_sqlite_wal_checkpoint_max_seconds',
+  help: 'The longest WAL checkpoint of the checkpoint thread since the start (the writes waited that long; the event loop did not). Absent without the thread',
+  labelNames: ['mode'],
+  async collect(ctx) {
+    const st = ctx.db.walCheckpointer?.stats;
+    return st ? [{ labels: { mode: 'background' }, value: st.maxMs / 1000 }] : [];
+  },
+});
+
 // ---- the listener ---------------------------------------------------------------------------------
 
 export class MetricsServer implements Worker {
