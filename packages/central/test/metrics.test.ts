@@ -153,6 +153,12 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
 
     // never on the tenant API's port
     expect((await t.app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(404);
+
+    // the checkpoint thread dies: the gauge says so (the alert LockerSqliteCheckpointThreadDown)
+    if (engine === 'sqlite' && t.ctx.db.walCheckpointer) {
+      await t.ctx.db.walCheckpointer.kill();
+      await waitFor(async () => sumOf(await scrape(), 'locker_sqlite_checkpoint_thread_up', { mode: 'background' }) === 0 && has(await scrape(), 'locker_sqlite_checkpoint_thread_up'), 'thread down in the metrics');
+    }
   });
 
   it('every metric the service declares is served', async () => {
