@@ -19,9 +19,9 @@ parentPort.on('message', (m) => {
   if (m?.op !== 'checkpoint') return;
   const t0 = performance.now();
   try {
-    // busy: another checkpoint runs; log: frames in the WAL; checkpointed: frames now in the file
+    // log: frames in the WAL; checkpointed: frames now in the database file
     const r = checkpoint.get();
-    parentPort.postMessage({ id: m.id, busy: r.busy, log: r.log, checkpointed: r.checkpointed, ms: performance.now() - t0 });
+    parentPort.postMessage({ id: m.id, log: r.log, checkpointed: r.checkpointed, ms: performance.now() - t0 });
   } catch (err) {
     parentPort.postMessage({ id: m.id, error: String(err?.message ?? err), code: err?.code ?? null });
   }

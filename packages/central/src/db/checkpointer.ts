@@ -46,8 +46,6 @@ export interface CheckpointResult {
   log: number;
   /** frames of it now in the database file (all of them: the WAL restarts at the next write) */
   checkpointed: number;
-  /** another checkpoint was running (none is done then) */
-  busy: boolean;
   ms: number;
 }
 
@@ -60,7 +58,6 @@ export interface CheckpointerStats {
   /** checkpoints during which the main connection wrote anyway (a writer outside the runner): the WAL does not restart after them */
   overlapped: number;
   maxMs: number;
-  totalMs: number;
 }
 
 export class CheckpointerError extends Error {
@@ -79,7 +76,7 @@ export class WalCheckpointer {
   private dead: Error | null = null;
   private stopping = false;
   private consecutiveErrors = 0;
-  readonly stats: CheckpointerStats = { checkpoints: 0, errors: 0, maxFrames: 0, overlapped: 0, maxMs: 0, totalMs: 0 };
+  readonly stats: CheckpointerStats = { checkpoints: 0, errors: 0, maxFrames: 0, overlapped: 0, maxMs: 0 };
 
   /** total_changes() and the time at the last checkpoint */
   private checkpointedChanges = 0;
@@ -121,7 +118,7 @@ export class WalCheckpointer {
     };
     this.worker.on('error', this.failed);
     this.worker.on('exit', (code) => this.failed(new Error(`exited with code ${code}`)));
-    this.worker.on('message', (m: { ready?: boolean; id?: number; error?: string; busy?: number; log?: number; checkpointed?: number; ms?: number }) => {
+    this.worker.on('message', (m: { ready?: boolean; id?: number; error?: string; log?: number; checkpointed?: number; ms?: number }) => {
       if (m.ready) {
         this.started = true;
         resolveReady();
@@ -140,11 +137,10 @@ export class WalCheckpointer {
         return;
       }
       this.consecutiveErrors = 0;
-      const r: CheckpointResult = { log: m.log!, checkpointed: m.checkpointed!, busy: m.busy === 1, ms: m.ms! };
+      const r: CheckpointResult = { log: m.log!, checkpointed: m.checkpointed!, ms: m.ms! };
       this.stats.checkpoints++;
       this.stats.maxFrames = Math.max(this.stats.maxFrames, r.log);
       this.stats.maxMs = Math.max(this.stats.maxMs, r.ms);
-      this.stats.totalMs += r.ms;
       done(r);
     });
     // the thread keeps the process alive only while it is starting or a checkpoint is asked
@@ -184,7 +180,9 @@ export class WalCheckpointer {
    * its WAL does not restart then, the next checkpoint copies the rest.
    */
   async maybe(): Promise<void> {
-    await this.settled();
+    // no await when none is under way: the check and the start below happen in one go, so a batch
+    // of the runner cannot slip in between (it awaits settled() first)
+    if (this.inFlight) await this.settled();
     if (!this.alive) return;
     const changes = this.opts.changes();
     const delta = changes - this.checkpointedChanges;
