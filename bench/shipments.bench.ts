@@ -29,6 +29,7 @@ import { applyProvisioning } from '../packages/central/src/provisioning/apply';
 import { newUid, toDbTime } from '../packages/central/src/ids';
 import { shipmentService } from '../packages/central/src/shipments/service';
 import { SqliteGroupCommitRunner } from '../packages/central/src/shipments/tx';
+import { pgTotalsStats } from '../packages/central/src/shipments/queries';
 import type { Db } from '../packages/central/src/db/database';
 import { bareBaseline, load as loadRun, reachable, type Load, type LoadRequest } from './support';
 
@@ -178,7 +179,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     cleanup = async () => {
       const c = new pg.Client({ connectionString: PG_URL });
       await c.connect();
-      await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
+      if (!process.env.KEEP) await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`); else console.log('KEPT', pgSchema);
       await c.end();
     };
   }
@@ -251,7 +252,10 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const sj = sprobe.json();
     if (sprobe.statusCode !== 200 || sj.items.length !== 100) throw new Error(`GetShipments updatedSince probe failed: ${sprobe.statusCode} ${sprobe.body.slice(0, 200)}`);
     const since = await load(url, [{ method: 'POST', path: '/v1/Logistics/GetShipments', body: sinceBody }], headers);
-    const note = `synchronous=${sync}; ${stalls}${checkpoints ? `; ${checkpoints}` : ''}; ${book.ok} bookings acknowledged, ${stored} shipments before fill, ${booked} lockers booked, ${pendingOutbox} callbacks queued${batching}${floor ? `; floor ${floor.ok} bookings` : ''}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match; with updatedSince ${SINCE}: ${sj.totalItems.toLocaleString('en')} match)`;
+    const ts = engine === 'postgres' ? pgTotalsStats(ctx.db) : undefined;
+    // PostgreSQL: how many totals the page statement took from a held snapshot, how many it counted
+    const totalsNote = ts ? `; totals: ${ts.counts} counted, ${ts.hits} held under an unchanged snapshot` : '';
+    const note = `synchronous=${sync}; ${stalls}${checkpoints ? `; ${checkpoints}` : ''}; ${book.ok} bookings acknowledged, ${stored} shipments before fill, ${booked} lockers booked, ${pendingOutbox} callbacks queued${batching}${floor ? `; floor ${floor.ok} bookings` : ''}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match; with updatedSince ${SINCE}: ${sj.totalItems.toLocaleString('en')} match)${totalsNote}`;
     return { engine, base, book, list, since, ...(floor ? { floor } : {}), doubleBooked: dbl.length, note };
   } finally {
     await svc.stop();

@@ -1,13 +1,17 @@
 // GetShipments paging totals stay exact while SQLite reuses them (shipments/queries.ts
 // TotalsCache): every way the shipments table can change in between (an API booking, a
 // cancellation, a direct write on the same connection, a write by another connection to the same
-// file) must show in the next total. Both engines (PostgreSQL always counts).
+// file) must show in the next total. PostgreSQL reuses a total while the statement snapshot is
+// unchanged (PgTotals): a write by another connection (another central instance) and a write
+// still in progress must be counted exactly, and an unchanged store must not be counted again.
 import BetterSqlite3 from 'better-sqlite3';
+import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestService, describeEngines, type TestService } from './support/harness';
+import { createTestService, describeEngines, pgUrl, type TestService } from './support/harness';
 import { PUP_A1 } from './support/fixtures';
 import { newUid, toDbTime } from '../src/ids';
 import { addUser, booking, ok } from './shipments-helpers';
+import { pgTotalsStats } from '../src/shipments/queries';
 
 describeEngines('shipments: paging totals stay exact', (engine) => {
   let t: TestService;
@@ -56,5 +60,48 @@ describeEngines('shipments: paging totals stay exact', (engine) => {
       other.close();
     }
     expect(await list(true)).toBe(a0 + 1);
+  });
+
+  it.runIf(engine === 'postgres')('PostgreSQL: an unchanged store is not counted again; another instance\'s writes, committed or in progress, are counted exactly', async () => {
+    const a0 = await list(true);
+    const before = pgTotalsStats(t.ctx.db);
+    expect(await list(true)).toBe(a0);
+    expect(await list(true)).toBe(a0);
+    const after = pgTotalsStats(t.ctx.db);
+    expect(after.hits - before.hits).toBe(2);
+    expect(after.counts).toBe(before.counts);
+    // another central instance: its own connection to the same schema
+    const other = new pg.Client({ connectionString: pgUrl()! });
+    await other.connect();
+    try {
+      await other.query(`SET search_path TO ${t.pgSchema}`);
+      const insert = async () => {
+        const r = await row(1);
+        const cols = Object.keys(r);
+        await other.query(`INSERT INTO shipments (${cols.join(', ')}) VALUES (${cols.map((_, i) => `$${i + 1}`).join(', ')})`, cols.map((c) => (r as Record<string, unknown>)[c]));
+      };
+      await insert();
+      expect(await list(true)).toBe(a0 + 1);
+      expect(pgTotalsStats(t.ctx.db).counts).toBe(after.counts + 1);
+      // a write in progress is not seen, and is counted the moment it commits
+      await other.query('BEGIN');
+      await insert();
+      await insert();
+      expect(await list(true)).toBe(a0 + 1);
+      expect(await list(true)).toBe(a0 + 1);
+      await other.query('COMMIT');
+      expect(await list(true)).toBe(a0 + 3);
+      // an empty page (past the end) counts and holds its total too
+      const past = await ok(t.post('/v1/Logistics/GetShipments', { pageNo: 1000, pageSize: 2, activeShipments: true, sortBy: 'CreatedDesc' }));
+      expect(past.totalItems).toBe(a0 + 3);
+      expect(past.items).toEqual([]);
+      // a rolled-back write changes nothing visible
+      await other.query('BEGIN');
+      await insert();
+      await other.query('ROLLBACK');
+      expect(await list(true)).toBe(a0 + 3);
+    } finally {
+      await other.end();
+    }
   });
 });
