@@ -1,8 +1,9 @@
 // The batch path of event ingestion (edge/ingest.ts, issue 15): events of several terminals and
 // journals that arrive together are stored in one transaction and applied in one more; whatever
 // their arrival order, each terminal's events are applied in its journal's seq order, once; a
-// repeat in the same batch is stored once; an event the shipment service refuses is rejected
-// alone (its savepoint rolled back); an event that fails for a transient reason (a poisoned lock
+// repeat in the same batch is stored once; a batch runs without a savepoint per event until an
+// event fails, then again with them; an event the shipment service refuses is rejected alone (its
+// savepoint rolled back); an event that fails for a transient reason (a poisoned lock
 // observation) is left unprocessed and holds only its own terminal's later events, the rest of the
 // batch commits; each terminal gets one acknowledgement per batch, of its committed prefix. Both
 // engines. Events are handed to the ingestion directly, all in one turn of the event loop, so they
@@ -116,8 +117,12 @@ describeEngines('edge events: one batch of several terminals and journals', (eng
     ];
     // the first event of each terminal names its journal (J1, K); the rest arrive in one batch:
     // reversed and interleaved, with repeats (same event id) of the drop-off and the pick-up
+    const first = { ...sync.ingest.stats };
     await submit([a[0]!, b[0]!]);
     await waitFor(() => acks(a1).length === 1 && acks(b1).length === 1, 'first events acknowledged');
+    // nothing failed: applied in one attempt, without a savepoint per event
+    expect(sync.ingest.stats.redoneWithSavepoints - first.redoneWithSavepoints).toBe(0);
+    expect(sync.ingest.stats.applied - first.applied).toBe(2);
     const rest = { a: a.slice(1), b: b.slice(1) };
     const repeats = [a[3]!, a[7]!].map((e) => ({ ...e }));
     const arrival = [...rest.a].reverse().flatMap((e, i) => (rest.b[rest.b.length - 1 - i] ? [e, rest.b[rest.b.length - 1 - i]!] : [e]));
@@ -130,6 +135,11 @@ describeEngines('edge events: one batch of several terminals and journals', (eng
     expect(sync.ingest.stats.storeBatches - before.storeBatches).toBe(1);
     expect(sync.ingest.stats.applyBatches - before.applyBatches).toBe(1);
     expect(sync.ingest.stats.stored - before.stored).toBe(arrival.length);
+    // the refused and the poisoned event failed the attempt without savepoints: it was rolled back
+    // whole and the batch ran again with one savepoint per event (what follows is its outcome)
+    expect(sync.ingest.stats.redoneWithSavepoints - before.redoneWithSavepoints).toBe(1);
+    // applied (or rejected) once each, counted once: 11 of term-a1's (the repeats stored once), term-b1's 2-... up to the poison
+    expect(sync.ingest.stats.applied - before.applied).toBe(11 + 1);
 
     // term-a1: J1 applied in seq order (the pick-up arrived before its drop-off), then J2 from its seq 1
     expect(await history(x.uid)).toEqual(['ReadyForDropoff/api', 'ReadyForPickup/door', 'PickedUp/door']);
