@@ -99,14 +99,14 @@ export async function takeLocker(trx: Trx, db: Db, lockerUid: string, shipmentUi
 }
 
 /** Frees a locker held by this shipment (no-op when another holds it). */
-export async function releaseLocker(trx: Trx, lockerUid: string, shipmentUid: string, now: string): Promise<void> {
-  await trx.updateTable('lockers').set({ booked_shipment_uid: null, updated_at: now }).where('uid', '=', lockerUid).where('booked_shipment_uid', '=', shipmentUid).execute();
+export async function releaseLocker(trx: Trx, db: Db, lockerUid: string, shipmentUid: string, now: string): Promise<void> {
+  await rawQuery(trx, db, 'UPDATE lockers SET booked_shipment_uid = NULL, updated_at = ? WHERE uid = ? AND booked_shipment_uid = ?', [now, lockerUid, shipmentUid]);
 }
 
 /** Hands a locker from one shipment to the next one of its chain. */
-export async function transferLocker(trx: Trx, lockerUid: string, fromUid: string, toUid: string, now: string): Promise<boolean> {
-  const res = await trx.updateTable('lockers').set({ booked_shipment_uid: toUid, updated_at: now }).where('uid', '=', lockerUid).where('booked_shipment_uid', '=', fromUid).executeTakeFirst();
-  return Number(res.numUpdatedRows) === 1;
+export async function transferLocker(trx: Trx, db: Db, lockerUid: string, fromUid: string, toUid: string, now: string): Promise<boolean> {
+  const res = await rawQuery(trx, db, 'UPDATE lockers SET booked_shipment_uid = ?, updated_at = ? WHERE uid = ? AND booked_shipment_uid = ?', [toUid, now, lockerUid, fromUid]);
+  return res.numAffectedRows === 1;
 }
 
 const noLocker = (msg: string) => new ApiError('NoLockerAvailable', msg);

@@ -101,8 +101,10 @@ export async function copyCodes(trx: Trx, fromShipment: string, fromUsage: 'Drop
     .execute();
 }
 
-export async function invalidateCodes(trx: Trx, shipmentUid: string, usage: 'DropOff' | 'PickUp' | 'LinkCode' | 'all', now: string): Promise<void> {
-  let q = trx.updateTable('access_codes').set({ valid: 0, invalidated_at: now }).where('shipment_uid', '=', shipmentUid).where('valid', '=', 1);
-  if (usage !== 'all') q = q.where('usage', '=', usage);
-  await q.execute();
+const INVALIDATE_ALL = 'UPDATE access_codes SET valid = 0, invalidated_at = ? WHERE shipment_uid = ? AND valid = 1';
+const INVALIDATE_USAGE = `${INVALIDATE_ALL} AND usage = ?`;
+
+export async function invalidateCodes(trx: Trx, db: Db, shipmentUid: string, usage: 'DropOff' | 'PickUp' | 'LinkCode' | 'all', now: string): Promise<void> {
+  if (usage === 'all') await rawQuery(trx, db, INVALIDATE_ALL, [now, shipmentUid]);
+  else await rawQuery(trx, db, INVALIDATE_USAGE, [now, shipmentUid, usage]);
 }

@@ -4,6 +4,7 @@
 // ShipmentStatusUpdate in the same transaction (enqueueShipmentStatus).
 import { sql, type Selectable } from 'kysely';
 import type { AppContext, TenantPrincipal } from '../context';
+import type { Db } from '../db/database';
 import type { Logger } from '../logger';
 import type { ShipmentsTable } from '../db/schema-shipments';
 import { ApiError } from '../errors';
@@ -165,6 +166,37 @@ async function bumpCodeVersions(trx: Trx, db: AppContext['db'], pups: Set<string
  *   notifyCodesChanged for every pick up point its transaction touched. The first job of a batch
  *   to settle notifies for the whole batch.
  */
+// The door transition's statements as fixed texts (shipments/sqlq.ts rawQuery: prepared once; no
+// Kysely query built per call): a door event's transition runs about ten of them.
+const FIND_WAITER = "SELECT * FROM shipments WHERE waits_on_uid = ? AND state_code = 'LockerAssigned'";
+const INSERT_TRANSITION = 'INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)';
+const ACCESS_LOCKER_BY_UID = 'SELECT uid, name FROM lockers WHERE pup_uid = ? AND uid = ?';
+const ACCESS_LOCKER_BY_NAME = 'SELECT uid, name FROM lockers WHERE pup_uid = ? AND name = ?';
+const ACCESS_CODES = "SELECT shipment_uid, usage FROM access_codes WHERE pup_uid = ? AND value = ? AND valid = 1 AND shared = 0 AND locker_uid = ? AND usage IN ('DropOff', 'PickUp')";
+const ACCESS_CODES_OF_TENANT = `${ACCESS_CODES} AND tenant_uid = ?`;
+
+/** UPDATE shipments SET <the defined keys of upd> WHERE uid = ?, one text per set of keys (a few, fixed by the code). */
+const updateTexts = new Map<string, string>();
+async function updateShipment(trx: Trx, db: Db, uid: string, upd: Partial<ShipmentsTable>): Promise<void> {
+  const keys: string[] = [];
+  const values: unknown[] = [];
+  for (const [k, v] of Object.entries(upd)) {
+    if (v === undefined) continue; // as Kysely's set(): an undefined value is no change
+    keys.push(k);
+    values.push(v);
+  }
+  if (keys.length === 0) return;
+  const key = keys.join(',');
+  let text = updateTexts.get(key);
+  if (!text) {
+    for (const k of keys) if (!/^[a-z_]+$/.test(k)) throw new Error(`updateShipment: not a column name: ${k}`);
+    text = `UPDATE shipments SET ${keys.map((k) => `${k} = ?`).join(', ')} WHERE uid = ?`;
+    updateTexts.set(key, text);
+  }
+  values.push(uid);
+  await rawQuery(trx, db, text, values);
+}
+
 export class ServiceTxRunner implements TxRunner {
   constructor(
     readonly inner: TxRunner,
@@ -239,7 +271,7 @@ export class ShipmentService {
    * a concurrent event of the holder.
    */
   async load(trx: Trx, uid: string): Promise<ShipmentRow | undefined> {
-    if (this.ctx.db.engine !== 'postgres') return trx.selectFrom('shipments').selectAll().where('uid', '=', uid).executeTakeFirst();
+    if (this.ctx.db.engine !== 'postgres') return (await rawQuery<ShipmentRow>(trx, this.ctx.db, 'SELECT * FROM shipments WHERE uid = ?', [uid])).rows[0];
     for (let attempt = 0; ; attempt++) {
       const rows = await trx
         .selectFrom('shipments')
@@ -270,9 +302,8 @@ export class ShipmentService {
    * before its waiter, the order of the chain.
    */
   async findWaiter(trx: Trx, uid: string): Promise<ShipmentRow | undefined> {
-    let q = trx.selectFrom('shipments').selectAll().where('waits_on_uid', '=', uid).where('state_code', '=', 'LockerAssigned');
-    if (this.ctx.db.engine === 'postgres') q = q.forUpdate();
-    return q.executeTakeFirst();
+    const pg = this.ctx.db.engine === 'postgres';
+    return (await rawQuery<ShipmentRow>(trx, this.ctx.db, pg ? `${FIND_WAITER} FOR UPDATE` : FIND_WAITER, [uid])).rows[0];
   }
 
   async checkUser(trx: Trx, tenant: TenantPrincipal, uid: string, field: string): Promise<void> {
@@ -376,14 +407,14 @@ export class ShipmentService {
       if (e.type === 'StartDropOffDeadline') upd.drop_off_deadline = this.deadline(now);
       else if (e.type === 'ClearDropOffDeadline') upd.drop_off_deadline = null;
     }
-    await trx.updateTable('shipments').set(upd).where('uid', '=', row.uid).execute();
+    await updateShipment(trx, this.ctx.db, row.uid, upd);
     const next: ShipmentRow = { ...row, ...upd };
 
     let from: string = row.state_code;
     let seq = row.seq;
     for (const to of r.steps) {
       seq++;
-      await trx.insertInto('shipment_transitions').values({ shipment_uid: row.uid, seq, tenant_uid: row.tenant_uid, from_state: from, to_state: to, cause, detail, at: stateAt, received_at: receivedAt }).execute();
+      await rawQuery(trx, this.ctx.db, INSERT_TRANSITION, [row.uid, seq, row.tenant_uid, from, to, cause, detail, stateAt, receivedAt]);
       countOnCommit(trx, () => centralMetrics.transitions.inc({ cause, to }));
       await this.emit(trx, next, to, now, undefined, undefined, stateAt);
       from = to;
@@ -392,24 +423,24 @@ export class ShipmentService {
     for (const e of r.effects) {
       switch (e.type) {
         case 'InvalidateCodes':
-          await invalidateCodes(trx, row.uid, e.usage, now);
+          await invalidateCodes(trx, this.ctx.db, row.uid, e.usage, now);
           break;
         case 'RenewDropOffCodes':
           // a circular stock waiting on this shipment holds copies of these codes: re-copied
           await this.replaceCodes(trx, next, 'DropOff', now);
           break;
         case 'NewLinkCode':
-          await invalidateCodes(trx, row.uid, 'LinkCode', now);
+          await invalidateCodes(trx, this.ctx.db, row.uid, 'LinkCode', now);
           await insertLinkCode(trx, this.owner(next), now);
           break;
         case 'ReleaseLocker':
           if (!row.locker_uid) break;
           if (waiter) {
-            await transferLocker(trx, row.locker_uid, row.uid, waiter.uid, now);
+            await transferLocker(trx, this.ctx.db, row.locker_uid, row.uid, waiter.uid, now);
             const what = e.waiterInput === 'PriorPickedUp' ? 'picked up' : e.waiterInput === 'PriorDroppedOff' ? 'dropped off' : `${r.state.state.toLowerCase()}, locker handed over`;
             await this.apply(trx, waiter, { type: e.waiterInput }, cause, `${waiter.wait_kind}: ${row.uid} ${what}`, now, {}, when);
           } else {
-            await releaseLocker(trx, row.locker_uid, row.uid, now);
+            await releaseLocker(trx, this.ctx.db, row.locker_uid, row.uid, now);
           }
           break;
         case 'Unlink':
@@ -445,7 +476,7 @@ export class ShipmentService {
     const swaps = kind === 'swap' ? onUid : null;
     await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps, updated_at: now }).where('uid', '=', waiter.uid).execute();
     const moved: ShipmentRow = { ...waiter, waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps };
-    await invalidateCodes(trx, waiter.uid, 'DropOff', now);
+    await invalidateCodes(trx, this.ctx.db, waiter.uid, 'DropOff', now);
     await this.assignDropOffCodes(trx, moved, now);
     await this.recopyToWaiter(trx, moved, 'DropOff', now);
   }
@@ -468,7 +499,7 @@ export class ShipmentService {
 
   /** Invalidates a shipment's codes of one usage, gives it a fresh pair and re-copies it down the chain. */
   private async replaceCodes(trx: Trx, row: ShipmentRow, usage: 'DropOff' | 'PickUp', now: string): Promise<void> {
-    await invalidateCodes(trx, row.uid, usage, now);
+    await invalidateCodes(trx, this.ctx.db, row.uid, usage, now);
     await insertCodePair(trx, this.owner(row), usage, now);
     await this.recopyToWaiter(trx, row, usage, now);
   }
@@ -482,7 +513,7 @@ export class ShipmentService {
     const waiter = await this.findWaiter(trx, row.uid);
     if (!waiter) return;
     if (!((waiter.wait_kind === 'swap' && usage === 'PickUp') || (waiter.wait_kind === 'circular' && usage === 'DropOff'))) return;
-    await invalidateCodes(trx, waiter.uid, 'DropOff', now);
+    await invalidateCodes(trx, this.ctx.db, waiter.uid, 'DropOff', now);
     await copyCodes(trx, row.uid, usage, this.owner(waiter), 'DropOff', now);
     await this.recopyToWaiter(trx, waiter, 'DropOff', now);
   }
@@ -634,21 +665,14 @@ export class ShipmentService {
       const now = this.nowDb();
       const when: When = { at: ev.at ? toDbTime(ev.at) : now, receivedAt: ev.receivedAt ? toDbTime(ev.receivedAt) : now };
       if (ev.claim && !(await ev.claim(trx))) return { shipmentUid: '', action: 'DropOff', changed: false, stateCode: 'ReadyForDropoff', skipped: true };
-      let lq = trx.selectFrom('lockers').select(['uid', 'name']).where('pup_uid', '=', ev.pupUid);
-      lq = ev.lockerUid ? lq.where('uid', '=', ev.lockerUid) : lq.where('name', '=', ev.lockerName ?? '');
-      const locker = await lq.executeTakeFirst();
+      const db = this.ctx.db;
+      const locker = (
+        await rawQuery<{ uid: string; name: string }>(trx, db, ev.lockerUid ? ACCESS_LOCKER_BY_UID : ACCESS_LOCKER_BY_NAME, [ev.pupUid, ev.lockerUid ?? ev.lockerName ?? ''])
+      ).rows[0];
       if (!locker) throw new ApiError('InvalidRequest', `lockerName: no locker ${ev.lockerName ?? ev.lockerUid ?? ''} at pick up point ${ev.pupUid}`);
-      let cq = trx
-        .selectFrom('access_codes')
-        .select(['shipment_uid', 'usage'])
-        .where('pup_uid', '=', ev.pupUid)
-        .where('value', '=', ev.code)
-        .where('valid', '=', 1)
-        .where('shared', '=', 0)
-        .where('locker_uid', '=', locker.uid)
-        .where('usage', 'in', ['DropOff', 'PickUp']);
-      if (ev.tenantUid) cq = cq.where('tenant_uid', '=', ev.tenantUid);
-      const codes = await cq.execute();
+      const codes = (
+        await rawQuery<{ shipment_uid: string; usage: string }>(trx, db, ev.tenantUid ? ACCESS_CODES_OF_TENANT : ACCESS_CODES, ev.tenantUid ? [ev.pupUid, ev.code, locker.uid, ev.tenantUid] : [ev.pupUid, ev.code, locker.uid])
+      ).rows;
       if (codes.length === 0) {
         const late = await this.lateDropOff(trx, ev, locker, now, when);
         if (late) return late;
@@ -770,7 +794,7 @@ export class ShipmentService {
       }
     }
     if (!got) throw new ApiError('LockerRebooked', `no free locker fits shipment ${row.uid}, which booked locker ${row.locker_uid ?? '?'} after the expiry`);
-    if (row.locker_uid) await releaseLocker(trx, row.locker_uid, row.uid, now);
+    if (row.locker_uid) await releaseLocker(trx, this.ctx.db, row.locker_uid, row.uid, now);
     await trx.updateTable('shipments').set({ locker_uid: got.uid, updated_at: now }).where('uid', '=', row.uid).execute();
     await trx.updateTable('access_codes').set({ locker_uid: got.uid }).where('shipment_uid', '=', row.uid).where('valid', '=', 1).execute();
     this.log.info({ shipment: row.uid, from: row.locker_uid, to: got.name }, 'booking moved to another locker');
