@@ -51,6 +51,7 @@ const OUTBOX_COLS = ['event_id', 'tenant_uid', 'shipment_uid', 'sequence', 'mess
 // One statement for the hot path: the status is decided inside the INSERT from the tenant's
 // registration (pending with a callback URL, skipped without), so the lookup costs no extra
 // round trip on PostgreSQL. RETURNING says which it was.
+const MAX_SEQUENCE = 'SELECT max(sequence) AS m FROM callback_outbox WHERE shipment_uid = ?';
 const INSERT_OUTBOX_CHECKED = `INSERT INTO callback_outbox (${OUTBOX_COLS.join(', ')}) VALUES (${OUTBOX_COLS.map((c) =>
   c === 'status' ? `CASE WHEN EXISTS (SELECT 1 FROM callback_configs WHERE tenant_uid = ? AND url IS NOT NULL AND url <> '') THEN 'pending' ELSE 'skipped' END` : '?',
 ).join(', ')}) RETURNING status`;
@@ -59,8 +60,8 @@ const INSERT_OUTBOX_CHECKED = `INSERT INTO callback_outbox (${OUTBOX_COLS.join('
  * `opts.sequence`: the caller already knows the event's sequence (a shipment created in this
  * transaction has none queued yet: 1), which saves the MAX(sequence) query; the unique
  * (shipment_uid, sequence) constraint still rejects a wrong one.
- * `opts.exec`: when given, the registration lookup and the insert run as these two fixed SQL
- * statements through it (prepared once) instead of as Kysely query builders.
+ * `opts.exec`: when given, the last sequence, the registration lookup and the insert run as fixed
+ * SQL statements through it (prepared once) instead of as Kysely query builders.
  */
 export async function enqueueShipmentStatus(
   trx: Transaction<Database> | Kysely<Database>,
@@ -70,11 +71,13 @@ export async function enqueueShipmentStatus(
 ): Promise<EnqueuedEvent> {
   let sequence = opts.sequence;
   if (sequence === undefined) {
-    const last = await trx
-      .selectFrom('callback_outbox')
-      .select((eb) => eb.fn.max('sequence').as('m'))
-      .where('shipment_uid', '=', ev.shipmentUid)
-      .executeTakeFirst();
+    const last = opts.exec
+      ? ((await opts.exec(MAX_SEQUENCE, [ev.shipmentUid])).rows[0] as { m: unknown } | undefined)
+      : await trx
+          .selectFrom('callback_outbox')
+          .select((eb) => eb.fn.max('sequence').as('m'))
+          .where('shipment_uid', '=', ev.shipmentUid)
+          .executeTakeFirst();
     sequence = Number(last?.m ?? 0) + 1;
   }
   const eventId = newSeqUid(); // time-ordered: the outbox's primary key grows at its right edge
