@@ -154,18 +154,6 @@ async function bumpCodeVersions(trx: Trx, db: AppContext['db'], pups: Set<string
   await rawQuery(trx, db, list.length === 1 ? BUMP_1 : bumpSql(list.length), list);
 }
 
-/**
- * Runs the shipment service's jobs on `inner` (the engine's runner):
- * - a job queued by a request that holds an Idempotency-Key marks that reservation `committed`
- *   in the job's own transaction (http/idempotency.ts markIdempotentRun). The reservation is read
- *   here, where the request queues the job: a SQLite batch runs in the async context of the
- *   request that started it, not of each job's;
- * - a job that changed codes of pick up points (touchCodes) raises their code versions at its end,
- *   in its transaction: the change marker other central instances poll (edge/sync.ts);
- * - once a job settled (committed, or rolled back: a push then finds nothing to send), it calls
- *   notifyCodesChanged for every pick up point its transaction touched. The first job of a batch
- *   to settle notifies for the whole batch.
- */
 // The door transition's statements as fixed texts (shipments/sqlq.ts rawQuery: prepared once; no
 // Kysely query built per call): a door event's transition runs about ten of them.
 const FIND_WAITER = "SELECT * FROM shipments WHERE waits_on_uid = ? AND state_code = 'LockerAssigned'";
@@ -197,6 +185,18 @@ async function updateShipment(trx: Trx, db: Db, uid: string, upd: Partial<Shipme
   await rawQuery(trx, db, text, values);
 }
 
+/**
+ * Runs the shipment service's jobs on `inner` (the engine's runner):
+ * - a job queued by a request that holds an Idempotency-Key marks that reservation `committed`
+ *   in the job's own transaction (http/idempotency.ts markIdempotentRun). The reservation is read
+ *   here, where the request queues the job: a SQLite batch runs in the async context of the
+ *   request that started it, not of each job's;
+ * - a job that changed codes of pick up points (touchCodes) raises their code versions at its end,
+ *   in its transaction: the change marker other central instances poll (edge/sync.ts);
+ * - once a job settled (committed, or rolled back: a push then finds nothing to send), it calls
+ *   notifyCodesChanged for every pick up point its transaction touched. The first job of a batch
+ *   to settle notifies for the whole batch.
+ */
 export class ServiceTxRunner implements TxRunner {
   constructor(
     readonly inner: TxRunner,
