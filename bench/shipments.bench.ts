@@ -179,7 +179,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     cleanup = async () => {
       const c = new pg.Client({ connectionString: PG_URL });
       await c.connect();
-      if (!process.env.KEEP) await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`); else console.log('KEPT', pgSchema);
+      await c.query(`DROP SCHEMA IF EXISTS ${pgSchema} CASCADE`);
       await c.end();
     };
   }
