@@ -635,27 +635,18 @@ export class EventIngest {
     const finish = async (outcome: string) => {
       await exec('UPDATE edge_events SET processed = 1, outcome = ? WHERE event_id = ? AND processed = 0', [outcome, row.event_id]);
     };
-    if (!savepoints) {
-      try {
-        const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish);
-        after.applied++;
-        return ok;
-      } catch (err) {
-        // a deadlock or serialization failure: the whole batch runs again (PgTxRunner)
-        if (isRetryablePgError(err)) throw err;
-        throw new RedoWithSavepoints(err);
-      }
-    }
-    await this.savepoint(trx, 'begin');
+    if (savepoints) await this.savepoint(trx, 'begin');
     try {
       const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish);
-      await this.savepoint(trx, 'release');
+      if (savepoints) await this.savepoint(trx, 'release');
       after.applied++;
       return ok;
     } catch (err) {
-      await this.savepoint(trx, 'rollback');
+      if (savepoints) await this.savepoint(trx, 'rollback');
       // a deadlock or serialization failure: the whole batch runs again (PgTxRunner)
       if (isRetryablePgError(err)) throw err;
+      // without a savepoint the event's writes cannot be undone alone: the batch runs again with them
+      if (!savepoints) throw new RedoWithSavepoints(err);
       if (err instanceof ApiError) {
         const code = err.code;
         after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, errorCode: code }, 'door event not applicable'));

@@ -474,7 +474,7 @@ export class ShipmentService {
     // the holder of the cancelled shipment, which load() already locked before it (chain order).
     if (this.ctx.db.engine === 'postgres') await this.load(trx, onUid);
     const swaps = kind === 'swap' ? onUid : null;
-    await trx.updateTable('shipments').set({ waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps, updated_at: now }).where('uid', '=', waiter.uid).execute();
+    await updateShipment(trx, this.ctx.db, waiter.uid, { waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps, updated_at: now });
     const moved: ShipmentRow = { ...waiter, waits_on_uid: onUid, wait_kind: kind, swaps_shipment_uid: swaps };
     await invalidateCodes(trx, this.ctx.db, waiter.uid, 'DropOff', now);
     await this.assignDropOffCodes(trx, moved, now);
