@@ -38,7 +38,9 @@ export function makeBooker(file, { minimal = false, appendOnly = false, checkpoi
   db.pragma('temp_store = MEMORY');
   // checkpoints 'background': as the service does them (packages/central/src/db/checkpointer.ts),
   // in a thread with its own connection between two batches, the next batch held until it answers
-  // (after 2,000 changed rows or a second); 'commit': SQLite's own, inside the COMMIT at 10,000 pages
+  // (after 2,000 changed rows or a second); 'commit': SQLite's own, inside the COMMIT at 10,000 pages.
+  // The thresholds repeat checkpointer.ts's CHECKPOINT_CHANGES, CHECKPOINT_INTERVAL_MS and
+  // WAL_SAFETY_PAGES (this plain .mjs cannot import the TypeScript): change them together.
   const background = checkpoints === 'background';
   db.pragma(`wal_autocheckpoint = ${background ? 40000 : 10000}`);
   const checkpointer = background ? new Worker(CHECKPOINT_WORKER, { workerData: { file, synchronous: 'FULL' } }) : null;
