@@ -66,6 +66,22 @@ describe('compiled response serializer', () => {
     for (const data of valid) expect(w(data)).toBe(zodWay(Sample, data));
   });
 
+  it('writes every finite number as JSON.stringify does: negative zero, exponents, subnormals, random doubles', () => {
+    const N = envelope({ v: z.number() });
+    const w = serializerCompiler(args(N));
+    const numbers = [0, -0, 1, -1, 0.1 + 0.2, 1e21, 1e-7, 123456789012345680000, 5e-324, -Number.MAX_VALUE, Number.MIN_SAFE_INTEGER, 2 ** 53 + 2];
+    const view = new DataView(new ArrayBuffer(8));
+    let seed = 11;
+    const rnd = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31);
+    for (let i = 0; i < 5_000; i++) {
+      view.setUint32(0, rnd() * 2);
+      view.setUint32(4, rnd() * 2);
+      const v = view.getFloat64(0);
+      if (Number.isFinite(v)) numbers.push(v);
+    }
+    for (const v of numbers) expect(w({ success: true, error: null, message: null, v })).toBe(zodWay(N, { success: true, error: null, message: null, v }));
+  });
+
   it('refuses what the zod parse refuses, with the same error', () => {
     const w = serializerCompiler(args(Sample));
     for (const data of invalid) {

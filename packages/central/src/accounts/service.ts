@@ -222,6 +222,27 @@ const ACCOUNT_FOR_READ = Object.fromEntries(
   }),
 ) as Record<'sqlite' | 'postgres', Record<'uid' | 'user_name_key' | 'email_key', string>>;
 
+/** a search criterion as given, trimmed ('' when absent) */
+function trimmed(v: string | null | undefined): string {
+  return (v ?? '').trim();
+}
+
+/** the SQL condition "column c contains the parameter" on the engine */
+function containsSql(engine: 'sqlite' | 'postgres', c: string): string {
+  return engine === 'postgres' ? `strpos(${c}, ?) > 0` : `instr(${c}, ?) > 0`;
+}
+
+/** an account's uid list as read: SQLite answers JSON text ('[]' when none), PostgreSQL a parsed array (null when none) */
+function uidList(v: string | string[] | null): string[] {
+  return v == null ? [] : typeof v === 'string' ? (JSON.parse(v) as string[]) : v;
+}
+
+/** GetAccount's answer for an account the tenant manages (its main PUP's name only when the tenant sees that PUP) */
+function fullAccount(tenant: TenantPrincipal, row: AccountRow & { pup_name: string | null }) {
+  const visible = AccountService.seesPup(tenant, row.main_pup_uid);
+  return { isExisting: true, canManageUser: true, ...accountFields(row, visible ? row.pup_name : null, visible) };
+}
+
 export class AccountService {
   private readonly log: Logger;
   /** fixed reads prepared once (db/prepared-read.ts): GetAccount's lookups */
@@ -239,11 +260,9 @@ export class AccountService {
   private async accountForRead(column: 'uid' | 'user_name_key' | 'email_key', value: string): Promise<(AccountRow & { links: string[]; owners: string[]; pup_name: string | null }) | undefined> {
     const row = (await this.read<AccountRow & { links: string | string[] | null; owners: string | string[] | null; pup_name: string | null }>(ACCOUNT_FOR_READ[this.ctx.db.engine][column], [value]))[0];
     if (!row) return undefined;
-    // SQLite answers JSON text ('[]' when none), PostgreSQL a parsed array (null when none)
-    const list = (v: string | string[] | null): string[] => (v == null ? [] : typeof v === 'string' ? (JSON.parse(v) as string[]) : v);
     const r = row as AccountRow & { links: string[]; owners: string[]; pup_name: string | null };
-    r.links = list(row.links);
-    r.owners = list(row.owners);
+    r.links = uidList(row.links);
+    r.owners = uidList(row.owners);
     return r;
   }
 
@@ -334,22 +353,18 @@ export class AccountService {
     // wins. For an account the caller cannot manage, only the e-mail address may reveal that it
     // exists (locker-api.md): found by userUid or userName it counts as not found, and the search
     // goes on with the next criterion. Each lookup is one fixed prepared statement (accountForRead).
-    const full = (row: AccountRow & { pup_name: string | null }) => {
-      const visible = AccountService.seesPup(tenant, row.main_pup_uid);
-      return { isExisting: true, canManageUser: true, ...accountFields(row, visible ? row.pup_name : null, visible) };
-    };
     if (b.userUid && b.userUid.trim()) {
       const row = await this.accountForRead('uid', b.userUid.trim());
-      if (row && AccountService.canManageRead(tenant, row)) return full(row);
+      if (row && AccountService.canManageRead(tenant, row)) return fullAccount(tenant, row);
     }
     if (b.userName && b.userName.trim()) {
       const row = await this.accountForRead('user_name_key', b.userName.trim().toLowerCase());
-      if (row && AccountService.canManageRead(tenant, row)) return full(row);
+      if (row && AccountService.canManageRead(tenant, row)) return fullAccount(tenant, row);
     }
     if (b.emailAddress && b.emailAddress.trim()) {
       const row = await this.accountForRead('email_key', emailKey(b.emailAddress));
       if (row) {
-        if (AccountService.canManageRead(tenant, row)) return full(row);
+        if (AccountService.canManageRead(tenant, row)) return fullAccount(tenant, row);
         return { isExisting: true, canManageUser: false, ...NULL_ACCOUNT, userUid: row.uid };
       }
     }
@@ -357,6 +372,11 @@ export class AccountService {
   }
 
   // --- GetAccounts --------------------------------------------------------------------------
+
+  /** the number a count text answers (`named`: see ReadAll) */
+  private async countOf(text: string, params: readonly unknown[], named: boolean): Promise<number> {
+    return Number((await this.read<{ n: number | string }>(text, params, named))[0]!.n);
+  }
 
   async getAccounts(
     tenant: TenantPrincipal,
@@ -387,22 +407,21 @@ export class AccountService {
 
     // The statement texts are fixed per shape of request (which filters are given, how many
     // fullName words): built once and prepared (db/prepared-read.ts), not a query tree per call.
-    const t = (v: string | null | undefined) => (v ?? '').trim();
-    const has = (c: string) => (engine === 'postgres' ? `strpos(${c}, ?) > 0` : `instr(${c}, ?) > 0`);
+    const t = trimmed;
     // the filters first: SQLite tests the terms in this order, and the cheap ones rule out most rows
     const where: string[] = [];
     const params: unknown[] = [];
     if (t(b.userName)) {
-      where.push(has('a.user_name_key'));
+      where.push(containsSql(engine, 'a.user_name_key'));
       params.push(t(b.userName).toLowerCase());
     }
     if (t(b.emailAddress)) {
-      where.push(has('a.email_key'));
+      where.push(containsSql(engine, 'a.email_key'));
       params.push(t(b.emailAddress).toLowerCase());
     }
     // full_name_key = lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), kept by the database
     for (const word of queryWords(b.fullName)) {
-      where.push(has('a.full_name_key'));
+      where.push(containsSql(engine, 'a.full_name_key'));
       params.push(word);
     }
     if (t(b.phoneNumber)) {
@@ -410,7 +429,7 @@ export class AccountService {
       if (p.startsWith('00')) p = '+' + p.slice(2);
       // phone numbers are stored normalized (+ and digits): no lower() needed
       if (p) {
-        where.push(has("coalesce(a.phone_number, '')"));
+        where.push(containsSql(engine, "coalesce(a.phone_number, '')"));
         params.push(p.toLowerCase());
       }
     }
@@ -435,8 +454,7 @@ export class AccountService {
     // the plain listing (no filter: named above) is the common call: its texts are named prepared
     // statements on PostgreSQL; a search's many combinations of filters are sent unnamed
     // (db/prepared-read.ts)
-    const read = <R>(text: string, p: readonly unknown[]) => this.read<R>(text, p, named);
-    const count = async () => Number((await read<{ n: number | string }>(`select count(*) as n ${from}`, params))[0]!.n);
+    const countText = `select count(*) as n ${from}`;
 
     const offset = (b.pageNo - 1) * b.pageSize;
     let total: number;
@@ -447,10 +465,11 @@ export class AccountService {
       // tenant's links), the total counted over all of them, only the page's uids sorted out of
       // them (top-N), and the page's rows joined to them (the fetch below, on SQLite a statement of
       // its own: there a statement costs no round trip)
-      const page = await read<Selectable<AccountsTable> & { pup_name: string | null; page_total: number | string }>(
+      const page = await this.read<Selectable<AccountsTable> & { pup_name: string | null; page_total: number | string }>(
         `with pg as (select a.uid, count(*) over() as page_total ${from} order by a.user_name_key, a.uid limit ? offset ?) ` +
           'select a.*, p.name as pup_name, pg.page_total from pg inner join accounts as a on a.uid = pg.uid left join pups as p on p.uid = a.main_pup_uid order by a.user_name_key, a.uid',
         [...params, b.pageSize, offset],
+        named,
       );
       if (page.length > 0) {
         total = Number(page[0]!.page_total);
@@ -458,7 +477,7 @@ export class AccountService {
         fetchedRows = page;
       } else {
         // past the last page (or nothing found): the window gave no row to read the total from
-        total = await count();
+        total = await this.countOf(countText, params, named);
         uids = [];
       }
     } else if (offset === 0) {
@@ -470,7 +489,7 @@ export class AccountService {
       // stepping skipped rows one by one in JavaScript costs more than SQLite's OFFSET on a tenant
       // with many accounts.
       uids = (await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize)).rows.map((r) => r.uid);
-      total = uids.length < b.pageSize ? uids.length : await count();
+      total = uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named);
     } else {
       // SQLite: the count, then the page's uids, both walking the narrow covering index
       // accounts_search in the answer's order (no sort, no table row but the page's). A page in
@@ -478,14 +497,14 @@ export class AccountService {
       // it), so no page walks more than half the matches. One statement for both (a window, or
       // every match's uid) measured slower: the window buffers and sorts every match, and
       // returning every uid costs more than the second walk.
-      total = await count();
+      total = await this.countOf(countText, params, named);
       uids = [];
       if (offset < total) {
         const size = Math.min(b.pageSize, total - offset);
         const fromEnd = total - offset - size;
         const reverse = fromEnd < offset;
         const dir = reverse ? 'desc' : 'asc';
-        const page = await read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} limit ? offset ?`, [...params, size, reverse ? fromEnd : offset]);
+        const page = await this.read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} limit ? offset ?`, [...params, size, reverse ? fromEnd : offset], named);
         uids = page.map((r) => r.uid);
         if (reverse) uids.reverse();
       }

@@ -45,9 +45,10 @@ export function v1Post<B extends z.ZodTypeAny, R extends z.ZodTypeAny>(app: Fast
     },
     handler: (async (req: FastifyRequest) => {
       // an Idempotency-Key reservation travels with the handler's work (its jobs mark it in their
-      // own transaction: http/idempotency.ts)
-      const run = () => def.handler(req.body as z.infer<B>, req);
-      const data = await (req.idempotency ? idempotencyScope.run(req.idempotency, run) : run());
+      // own transaction: http/idempotency.ts). No closure per request: the arguments go through
+      // AsyncLocalStorage.run (a named closure also costs a defineProperty under tsx's keepNames).
+      const body = req.body as z.infer<B>;
+      const data = await (req.idempotency ? idempotencyScope.run(req.idempotency, def.handler, body, req) : def.handler(body, req));
       return { ...data, success: true, error: null, message: null };
     }) as never,
   });

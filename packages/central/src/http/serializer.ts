@@ -65,8 +65,9 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
       const checks = (def.checks ?? []).map(numberCheck);
       return (v) => {
         if (typeof v !== 'number' || !Number.isFinite(v)) return MISMATCH;
-        for (const c of checks) if (!c(v)) return MISMATCH;
-        return JSON.stringify(v);
+        for (let i = 0; i < checks.length; i++) if (!checks[i]!(v)) return MISMATCH;
+        // a finite number: JSON.stringify writes what String does (-0 as 0 alike)
+        return '' + v;
       };
     }
     case 'boolean':
@@ -112,6 +113,7 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
       const fields = Object.entries(def.shape!).map(([k, s]) => ({
         key: k,
         prefix: JSON.stringify(k) + ':',
+        commaPrefix: ',' + JSON.stringify(k) + ':',
         optional: (s as unknown as { _zod: { optin?: string } })._zod.optin === 'optional',
         write: compile(s),
       }));
@@ -120,7 +122,8 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
         if (typeof v !== 'object' || v === null || Array.isArray(v)) return MISMATCH;
         const o = v as Record<string, unknown>;
         let out = '';
-        for (const f of fields) {
+        for (let i = 0; i < fields.length; i++) {
+          const f = fields[i]!;
           const x = o[f.key];
           if (x === undefined) {
             if (f.optional) continue;
@@ -129,7 +132,7 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
           const s = f.write(x);
           if (s === MISMATCH) return MISMATCH;
           if (s === undefined) continue;
-          out += out === '' ? f.prefix + s : ',' + f.prefix + s;
+          out += (out === '' ? f.prefix : f.commaPrefix) + s;
         }
         return '{' + out + '}';
       };

@@ -132,13 +132,15 @@ const firstCandidates = (engine: 'sqlite' | 'postgres') =>
   `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL AND width * height * length >= ? ORDER BY ${candidateOrder(engine)} LIMIT ${FIRST}`;
 const FIRST_CANDIDATES = { sqlite: firstCandidates('sqlite'), postgres: firstCandidates('postgres') };
 
+/** Takes the first of the lockers that chooseCandidates keeps and that is still free. */
+async function takeFirst(trx: Trx, db: Db, pupUid: string, lockers: LockerCandidate[], req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
+  for (const c of chooseCandidates(lockers, req.dimension, req.allowLarger)) {
+    if (await takeLocker(trx, db, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
+  }
+  return null;
+}
+
 async function bookAt(trx: Trx, db: Db, tenant: TenantPrincipal, pupUid: string, req: BookRequest, shipmentUid: string, now: string): Promise<Booked | null> {
-  const tryAll = async (lockers: LockerCandidate[]) => {
-    for (const c of chooseCandidates(lockers, req.dimension, req.allowLarger)) {
-      if (await takeLocker(trx, db, c.uid, shipmentUid, now)) return { pupUid, lockerUid: c.uid, lockerName: c.name };
-    }
-    return null;
-  };
   if (req.allowLarger && db.engine === 'postgres') {
     // One round trip: choose the first free fitting locker in candidate order (the rule of
     // chooseCandidates, with the sides sorted in SQL), lock it skipping rows other bookers hold,
@@ -164,12 +166,12 @@ async function bookAt(trx: Trx, db: Db, tenant: TenantPrincipal, pupUid: string,
     // volume than the package cannot fit); the whole PUP only when none of those fits.
     const d = req.dimension;
     const first = (await rawQuery<LockerCandidate>(trx, db, FIRST_CANDIDATES[db.engine], [pupUid, d.width * d.height * d.length])).rows;
-    const got = await tryAll(first);
+    const got = await takeFirst(trx, db, pupUid, first, req, shipmentUid, now);
     if (got || first.length < FIRST) return got;
-    return tryAll((await rawQuery<LockerCandidate>(trx, db, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL`, [pupUid])).rows);
+    return takeFirst(trx, db, pupUid, (await rawQuery<LockerCandidate>(trx, db, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1 AND booked_shipment_uid IS NULL`, [pupUid])).rows, req, shipmentUid, now);
   }
   // The smallest fitting size is decided over all lockers, booked or not.
-  return tryAll((await rawQuery<LockerCandidate>(trx, db, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1`, [pupUid])).rows);
+  return takeFirst(trx, db, pupUid, (await rawQuery<LockerCandidate>(trx, db, `SELECT ${COLS} FROM lockers WHERE pup_uid = ? AND active = 1`, [pupUid])).rows, req, shipmentUid, now);
 }
 
 /** Books a locker for a new shipment or throws NoLockerAvailable / InvalidPupUid / InvalidRequest. */
