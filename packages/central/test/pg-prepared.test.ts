@@ -27,6 +27,17 @@ async function preparedAfterRunning(db: Db): Promise<string[]> {
   });
 }
 
+/** The same through Db.pgRead (the pool, not Kysely): objects, then arrays (rowMode 'array'). */
+async function preparedAfterPgRead(db: Db): Promise<string[]> {
+  for (let i = 0; i < 3; i++) {
+    expect(await db.pgRead!(HOT, [i])).toEqual([{ n: i + 1 }]);
+    expect(await db.pgRead!(COLD, [i], true)).toEqual([[i + 2]]);
+  }
+  // poolSize 1: the pool's one connection is the one that ran them
+  const r = await db.pool!.query<{ statement: string }>('SELECT statement FROM pg_prepared_statements');
+  return r.rows.map((x) => x.statement).filter((t) => t.includes(schema));
+}
+
 describe.skipIf(!url)('named prepared statements on PostgreSQL', () => {
   const opened: Db[] = [];
   afterAll(async () => {
@@ -43,9 +54,16 @@ describe.skipIf(!url)('named prepared statements on PostgreSQL', () => {
     expect(await preparedAfterRunning(db)).toEqual([HOT]);
   });
 
+  it('Db.pgRead (reads straight from the pool) prepares a registered statement, and only that one', async () => {
+    const db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
+    opened.push(db);
+    expect(await preparedAfterPgRead(db)).toEqual([HOT]);
+  });
+
   it('prepares nothing with pgPreparedStatements false', async () => {
     const db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1, pgPreparedStatements: false });
     opened.push(db);
     expect(await preparedAfterRunning(db)).toEqual([]);
+    expect(await preparedAfterPgRead(db)).toEqual([]);
   });
 });

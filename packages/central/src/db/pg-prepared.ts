@@ -14,6 +14,11 @@ export function registerPreparedStatement(text: string): void {
   if (!names.has(text)) names.set(text, `locker_${names.size + 1}`);
 }
 
+/** The name a registered text is sent under (undefined: not registered, sent unnamed). */
+export function preparedName(text: string): string | undefined {
+  return names.get(text);
+}
+
 const PATCHED = Symbol('locker.prepared');
 
 function patch(client: pg.PoolClient): pg.PoolClient {

@@ -8,8 +8,8 @@
 // Kysely transaction holds it across awaits, and a read on the handle in the middle of one would
 // see that transaction's uncommitted writes. So while a transaction is open the read goes through
 // Kysely's executor instead, which waits for the connection (as every Kysely query does).
-// PostgreSQL: through Kysely's executor as a named prepared statement (db/pg-prepared.ts), parsed
-// and planned once per connection.
+// PostgreSQL: straight from the pool (Db.pgRead) as a named prepared statement (db/pg-prepared.ts),
+// parsed and planned once per connection; raw reads in pg's array row mode.
 import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery } from 'kysely';
 import type { Db } from './database';
@@ -104,9 +104,9 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
  * Like ReadAll, but each row is an array of its column values in the SELECT's order. On SQLite
  * the statement runs in better-sqlite3's raw mode: no object with named properties is built per
  * row (measured on the 18 lockers of a GetLockers page: 60-70 us per call against 76-150 us for
- * row objects). PostgreSQL rows (and SQLite rows read inside a transaction, through Kysely) come
- * as objects and are turned into arrays: the texts name every column once, and no column name is
- * an integer (whose property would come first in an object).
+ * row objects). PostgreSQL rows come as arrays too (pg's rowMode 'array'). SQLite rows read
+ * inside a transaction (through Kysely) come as objects and are turned into arrays: the texts name
+ * every column once, and no column name is an integer (whose property would come first in an object).
  */
 export type ReadRaw = (text: string, params: readonly unknown[]) => Promise<unknown[][]>;
 
@@ -119,8 +119,8 @@ export function preparedRawReader(db: Db): ReadRaw {
       return (await kysely.executeQuery<Record<string, unknown>>(CompiledQuery.raw(text, [...params]))).rows.map((r) => Object.values(r));
     };
   }
-  const read = preparedReader(db);
-  return async (text, params) => (await read<Record<string, unknown>>(text, params)).map((r) => Object.values(r));
+  const pgRead = db.pgRead!;
+  return (text, params) => pgRead<unknown[]>(pgText(text), params, true);
 }
 
 /** The rows of a read (a SELECT with `?` placeholders) on the database's engine; see above. */
@@ -140,5 +140,6 @@ export function preparedReader(db: Db): ReadAll {
       return (await kysely.executeQuery<R>(CompiledQuery.raw(text, [...params]))).rows;
     };
   }
-  return async <R>(text: string, params: readonly unknown[], named = true) => (await kysely.executeQuery<R>(CompiledQuery.raw(named ? pgText(text) : numbered(text), [...params]))).rows;
+  const pgRead = db.pgRead!;
+  return <R>(text: string, params: readonly unknown[], named = true) => pgRead<R>(named ? pgText(text) : numbered(text), params);
 }
