@@ -1,7 +1,7 @@
 // Read side: the GetShipments family, objects, swaps, access codes, history. Every query is
 // scoped by tenant; the indexes of migration 200 serve each filter and sort.
 import type BetterSqlite3 from 'better-sqlite3';
-import { CompiledQuery, type Kysely } from 'kysely';
+import type { Kysely } from 'kysely';
 import { sqliteStatement } from './sqlq';
 import type { Db } from '../db/database';
 import { registerPreparedStatement } from '../db/pg-prepared';
@@ -289,29 +289,30 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
     const key = shapeOf(f) + JSON.stringify(params);
     // what is held now: if the statement reports the same snapshot, this total is its total
     const held = totals.get(key);
-    const r = await db.kysely.executeQuery<{ total: string | null; snap: string; r: string }>(CompiledQuery.raw(q.pg, [...params, f.pageSize, offset, held?.snap ?? '']));
-    if (r.rows.length === 0) {
+    // rows as arrays (pg's rowMode 'array'): [total, snap, r] and [n, snap]
+    const rows = await db.pgRead!<[number | null, string, string]>(q.pg, [...params, f.pageSize, offset, held?.snap ?? ''], true);
+    if (rows.length === 0) {
       // no row carries the total: a page past the end, or nothing matches
-      const c = await db.kysely.executeQuery<{ n: unknown; snap: string }>(CompiledQuery.raw(q.pgCount, params));
-      const total = Number(c.rows[0]?.n ?? 0);
+      const c = (await db.pgRead!<[unknown, string]>(q.pgCount, params, true))[0];
+      const total = Number(c?.[0] ?? 0);
       totals.counts++;
-      if (c.rows[0]) totals.store(key, c.rows[0].snap, total);
+      if (c) totals.store(key, c[1], total);
       return { totalItems: total, items: [] };
     }
-    const first = r.rows[0]!;
+    const [firstTotal, snap] = rows[0]!;
     let totalItems: number;
-    if (first.total === null) {
+    if (firstTotal === null) {
       // the database found its snapshot equal to the held one and skipped the count
-      if (!held || first.snap !== held.snap) throw new Error('GetShipments: the count was skipped under a snapshot no total is held for');
+      if (!held || snap !== held.snap) throw new Error('GetShipments: the count was skipped under a snapshot no total is held for');
       totalItems = held.total;
       totals.hits++;
     } else {
-      totalItems = Number(first.total);
+      totalItems = Number(firstTotal);
       totals.counts++;
-      totals.store(key, first.snap, totalItems);
+      totals.store(key, snap, totalItems);
     }
-    const items = new Array<ShipmentListItem>(r.rows.length);
-    for (let i = 0; i < r.rows.length; i++) items[i] = toItem(JSON.parse(r.rows[i]!.r) as PageRow);
+    const items = new Array<ShipmentListItem>(rows.length);
+    for (let i = 0; i < rows.length; i++) items[i] = toItem(JSON.parse(rows[i]![2]) as PageRow);
     return { totalItems, items };
   }
   const sqlite = db.sqlite!;
