@@ -174,14 +174,30 @@ describeEngines('edge events: one batch of several terminals and journals', (eng
     expect(acks(a1)).toEqual([expect.objectContaining({ journalId: J1, upTo: 1 }), expect.objectContaining({ journalId: J2, upTo: 3 })]);
     expect(acks(b1)).toEqual([expect.objectContaining({ journalId: K, upTo: 1 }), expect.objectContaining({ journalId: K, upTo: 2 })]);
 
-    // the poison gone, a retry applies 3-5 in order and holds 7 behind the gap at 6
-    await sql.raw('DROP TRIGGER edge_poison' + (engine === 'postgres' ? ' ON lock_observations' : '')).execute(db());
+    // a retry while the poison is still there: the last batch had a failing event, so this one
+    // runs with savepoints from the start, once (not without them first and then again)
+    const retried = { ...sync.ingest.stats };
     await sync.ingest.advance(['term-b1']);
+    expect(sync.ingest.stats.withSavepointsFirst - retried.withSavepointsFirst).toBe(1);
+    expect(sync.ingest.stats.redoneWithSavepoints - retried.redoneWithSavepoints).toBe(0);
+    expect((await rows('term-b1', K)).find((r) => r.seq === 3)).toEqual({ seq: 3, processed: 0, outcome: null, attempts: 2 });
+    expect(await cursor('term-b1')).toMatchObject({ applied: 2, journal: K });
+
+    // the poison gone, a retry applies 3-5 in order and holds 7 behind the gap at 6 (still with
+    // savepoints first: the batch before had a failure; none failed in this one)
+    await sql.raw('DROP TRIGGER edge_poison' + (engine === 'postgres' ? ' ON lock_observations' : '')).execute(db());
+    const healed = { ...sync.ingest.stats };
+    await sync.ingest.advance(['term-b1']);
+    expect(sync.ingest.stats.withSavepointsFirst - healed.withSavepointsFirst).toBe(1);
     expect(await cursor('term-b1')).toMatchObject({ applied: 5, journal: K });
     expect((await cursor('term-b1')).gap).not.toBeNull();
     await waitFor(() => acks(b1).at(-1)?.upTo === 5, 'acknowledged up to the gap');
-    // the missing one arrives: 6 and the held 7 are applied
+    // the missing one arrives: 6 and the held 7 are applied, without savepoints again (nothing
+    // failed in the batch before)
+    const clean = { ...sync.ingest.stats };
     await submit([event('term-b1', K, 6, 'doorClosed', { ...bLock(0), item: true })]);
+    expect(sync.ingest.stats.withSavepointsFirst - clean.withSavepointsFirst).toBe(0);
+    expect(sync.ingest.stats.redoneWithSavepoints - clean.redoneWithSavepoints).toBe(0);
     expect(await cursor('term-b1')).toMatchObject({ applied: 7, journal: K, gap: null });
     expect((await rows('term-b1', K)).every((r) => r.processed === 1)).toBe(true);
     await waitFor(() => acks(b1).at(-1)?.upTo === 7, 'acknowledged past the gap');

@@ -85,6 +85,8 @@ interface AfterCommit {
   resendAsked: [string, number][];
   /** events acted on (stats.applied, counted once the transaction commits) */
   applied: number;
+  /** events that failed (refused or a transient failure) in an attempt with savepoints */
+  failed: number;
 }
 
 /**
@@ -138,7 +140,13 @@ export class EventIngest {
   private readonly resendAsked = new Map<string, number>();
   /** PostgreSQL transactions whose last event savepoint is not released yet (savepoint()) */
   private readonly releasePending = new WeakSet<Trx>();
-  readonly stats = { storeBatches: 0, stored: 0, applyBatches: 0, applied: 0, maxStoreBatch: 0, maxApplyBatch: 0, redoneWithSavepoints: 0 };
+  /**
+   * The last apply batch had an event that failed: the next one runs with a savepoint per event
+   * from the start rather than twice (a terminal whose event keeps failing is in every batch until
+   * the cause is gone). A batch with savepoints in which nothing failed clears it.
+   */
+  private savepointsFirst = false;
+  readonly stats = { storeBatches: 0, stored: 0, applyBatches: 0, applied: 0, maxStoreBatch: 0, maxApplyBatch: 0, redoneWithSavepoints: 0, withSavepointsFirst: 0 };
 
   constructor(private readonly host: IngestHost) {}
 
@@ -411,27 +419,31 @@ export class EventIngest {
     // a fixed order: instances that lock the same terminals lock them in the same order
     const ids = [...batch.keys()].sort();
     const svc = shipmentService(this.ctx);
-    const fresh = (): AfterCommit => ({ acks: [], logs: [], resendAsked: [], applied: 0 });
+    const fresh = (): AfterCommit => ({ acks: [], logs: [], resendAsked: [], applied: 0, failed: 0 });
     let after = fresh();
     // First without a savepoint per event: nearly every event applies, and a savepoint per event
     // is what an event cost most on SQLite (RELEASE walks the in-memory sub-journal of the whole
     // batch, so a batch of n events paid O(n^2): 70 us per event at 500 events) and two round
     // trips on PostgreSQL. Should any event fail, that attempt is rolled back whole and the batch
     // runs again with a savepoint per event, which keeps the failing event's writes out and lets
-    // the others apply: the outcome is the same as with savepoints from the start.
+    // the others apply: the outcome is the same as with savepoints from the start. After a batch
+    // in which an event failed, the next starts with savepoints (savepointsFirst).
     const runAll = (savepoints: boolean) =>
       svc.tx.run(async (trx) => {
         after = fresh(); // a retried attempt (PostgreSQL) starts over
         for (const id of ids) await this.advanceIn(trx, id, batch.get(id)!.journals, after, savepoints);
       });
     try {
+      const first = this.savepointsFirst;
+      if (first) this.stats.withSavepointsFirst++;
       try {
-        await runAll(false);
+        await runAll(first);
       } catch (err) {
-        if (!(err instanceof RedoWithSavepoints)) throw err;
+        if (first || !(err instanceof RedoWithSavepoints)) throw err;
         this.stats.redoneWithSavepoints++;
         await runAll(true);
       }
+      this.savepointsFirst = after.failed > 0;
       this.stats.applyBatches++;
       this.stats.applied += after.applied;
       this.stats.maxApplyBatch = Math.max(this.stats.maxApplyBatch, ids.length);
@@ -647,6 +659,7 @@ export class EventIngest {
       if (isRetryablePgError(err)) throw err;
       // without a savepoint the event's writes cannot be undone alone: the batch runs again with them
       if (!savepoints) throw new RedoWithSavepoints(err);
+      after.failed++;
       if (err instanceof ApiError) {
         const code = err.code;
         after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, errorCode: code }, 'door event not applicable'));
