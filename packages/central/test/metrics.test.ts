@@ -129,8 +129,10 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
     // the WAL checkpoint thread: SQLite in a file only; the migrations at the start were checkpointed
     if (engine === 'sqlite' && t.ctx.db.walCheckpointer) {
       expect(sumOf(after, 'locker_sqlite_checkpoint_thread_up')).toBe(1);
-      expect(sumOf(after, 'locker_sqlite_wal_checkpoints', { outcome: 'done' })).toBeGreaterThanOrEqual(1);
-      expect(sumOf(after, 'locker_sqlite_wal_checkpoints', { outcome: 'refused' })).toBe(0);
+      expect(sumOf(after, 'locker_sqlite_wal_checkpoints_total', { outcome: 'done' })).toBeGreaterThanOrEqual(1);
+      expect(sumOf(after, 'locker_sqlite_wal_checkpoints_total', { outcome: 'refused' })).toBe(0);
+      // a total since the start: exposed as a counter (rate() over it), not a gauge
+      expect(await scrapeText()).toContain('# TYPE locker_sqlite_wal_checkpoints_total counter');
       expect(has(after, 'locker_sqlite_wal_checkpoint_max_seconds')).toBe(true);
     } else expect(has(after, 'locker_sqlite_checkpoint_thread_up')).toBe(false);
 

@@ -93,6 +93,8 @@ export interface ScrapeGauge {
   name: string;
   help: string;
   labelNames: readonly string[];
+  /** 'counter': the values only grow (totals since the start, read at scrape time); named ..._total */
+  type?: 'counter';
   collect(ctx: AppContext): Promise<MetricSample[]>;
 }
 
@@ -113,20 +115,32 @@ let defaultMetricsOn = false;
 export function serviceRegistry(ctx: AppContext, log: Logger): Registry {
   const own = new Registry();
   for (const g of scrapeGauges) {
-    new Gauge({
-      name: g.name,
-      help: g.help,
-      labelNames: g.labelNames,
-      registers: [own],
-      async collect() {
-        this.reset();
-        try {
-          for (const s of await g.collect(ctx)) this.set(s.labels, s.value);
-        } catch (err) {
-          log.warn({ metric: g.name, err: (err as Error).message }, 'reading a metric failed; left out of this scrape');
-        }
-      },
-    });
+    const read = async (put: (s: MetricSample) => void) => {
+      try {
+        for (const s of await g.collect(ctx)) put(s);
+      } catch (err) {
+        log.warn({ metric: g.name, err: (err as Error).message }, 'reading a metric failed; left out of this scrape');
+      }
+    };
+    const opts = { name: g.name, help: g.help, labelNames: g.labelNames, registers: [own] };
+    if (g.type === 'counter') {
+      // a total kept elsewhere (e.g. the checkpoint thread's stats), exposed as a counter
+      new Counter({
+        ...opts,
+        async collect() {
+          this.reset();
+          await read((s) => this.inc(s.labels, s.value));
+        },
+      });
+    } else {
+      new Gauge({
+        ...opts,
+        async collect() {
+          this.reset();
+          await read((s) => this.set(s.labels, s.value));
+        },
+      });
+    }
   }
   return Registry.merge([metricsRegistry, own]);
 }
@@ -234,7 +248,8 @@ registerScrapeGauge({
 });
 
 registerScrapeGauge({
-  name: 'locker_sqlite_wal_checkpoints',
+  name: 'locker_sqlite_wal_checkpoints_total',
+  type: 'counter',
   help: 'WAL checkpoints of the checkpoint thread since the start, by outcome: done; overlapped (of those done, the main connection wrote meanwhile: the WAL did not restart); refused (SQLite refused it). Absent without the thread',
   labelNames: ['outcome'],
   async collect(ctx) {
