@@ -1,7 +1,8 @@
 // Named prepared statements on PostgreSQL (db/pg-prepared.ts): a registered statement is prepared
 // on the connection that runs it (PostgreSQL lists it in pg_prepared_statements, once however
 // often it runs); with database.pgPreparedStatements false nothing is prepared. Other statements
-// stay unnamed either way.
+// stay unnamed either way. A transaction's BEGIN goes with its first statement: one round trip
+// less (counted in ReadyForQuery messages), with the same outcomes, errors included.
 import crypto from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CompiledQuery, sql } from 'kysely';
@@ -65,5 +66,85 @@ describe.skipIf(!url)('named prepared statements on PostgreSQL', () => {
     opened.push(db);
     expect(await preparedAfterRunning(db)).toEqual([]);
     expect(await preparedAfterPgRead(db)).toEqual([]);
+  });
+});
+
+describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', () => {
+  let db: Db;
+  let rfq = 0;
+  const table = `${schema}.begin_t`;
+  afterAll(async () => db?.close());
+
+  /** ReadyForQuery messages on the pool's one connection while fn runs: one per round trip */
+  async function roundTrips(fn: () => Promise<unknown>): Promise<number> {
+    const before = rfq;
+    await fn();
+    return rfq - before;
+  }
+
+  it('prepare', async () => {
+    db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
+    await db.pool!.query(`CREATE TABLE IF NOT EXISTS ${table} (k int primary key, v text)`);
+    const client = await db.pool!.connect();
+    (client as unknown as { connection: { on(e: string, f: () => void): void } }).connection.on('readyForQuery', () => rfq++);
+    client.release();
+  });
+
+  it('a transaction of one statement with values and COMMIT: two round trips, the row committed', async () => {
+    const n = await roundTrips(() => db.kysely.transaction().execute((trx) => trx.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [1, 'one']))));
+    expect(n).toBe(2);
+    expect((await db.pool!.query(`SELECT v FROM ${table} WHERE k = 1`)).rows).toEqual([{ v: 'one' }]);
+  });
+
+  it('rolled back: the first statement ran inside the transaction (its row is gone)', async () => {
+    const n = await roundTrips(() =>
+      db.kysely
+        .transaction()
+        .execute(async (trx) => {
+          await trx.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [2, 'two']));
+          throw new Error('job failed');
+        })
+        .catch((e: Error) => expect(e.message).toBe('job failed')),
+    );
+    expect(n).toBe(2);
+    expect((await db.pool!.query(`SELECT count(*)::int AS n FROM ${table} WHERE k = 2`)).rows[0].n).toBe(0);
+  });
+
+  it('the first statement fails: its own error (code), the transaction rolled back, the connection idle and usable', async () => {
+    const err = await db.kysely
+      .transaction()
+      .execute((trx) => trx.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [1, 'again'])))
+      .catch((e: unknown) => e as { code?: string });
+    expect(err.code).toBe('23505');
+    const client = await db.pool!.connect();
+    try {
+      expect((client as unknown as { getTransactionStatus(): string }).getTransactionStatus()).toBe('I');
+    } finally {
+      client.release();
+    }
+    await db.kysely.transaction().execute((trx) => trx.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [3, 'three'])));
+    expect((await db.pool!.query(`SELECT v FROM ${table} ORDER BY k`)).rows).toEqual([{ v: 'one' }, { v: 'three' }]);
+  });
+
+  it('a first statement without values (a SAVEPOINT, valid only in a transaction) goes after a BEGIN of its own', async () => {
+    const n = await roundTrips(() =>
+      db.kysely.transaction().execute(async (trx) => {
+        await trx.executeQuery(CompiledQuery.raw('SAVEPOINT s1'));
+        await trx.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [4, 'four']));
+        await trx.executeQuery(CompiledQuery.raw('ROLLBACK TO SAVEPOINT s1'));
+      }),
+    );
+    expect(n).toBe(5);
+    expect((await db.pool!.query(`SELECT count(*)::int AS n FROM ${table} WHERE k = 4`)).rows[0].n).toBe(0);
+  });
+
+  it('a registered (named) first statement: BEGIN on its own until it is parsed on the connection, then with it', async () => {
+    const first = await roundTrips(() => db.kysely.transaction().execute((trx) => trx.executeQuery(CompiledQuery.raw(HOT, [41]))));
+    const again = await roundTrips(async () => expect((await db.kysely.transaction().execute((trx) => trx.executeQuery<{ n: number }>(CompiledQuery.raw(HOT, [41])))).rows).toEqual([{ n: 42 }]));
+    expect([first, again]).toEqual([3, 2]);
+  });
+
+  it('a transaction that sends no statement costs no round trip', async () => {
+    expect(await roundTrips(() => db.kysely.transaction().execute(async () => 'nothing'))).toBe(0);
   });
 });

@@ -93,7 +93,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
       /* idle client errors are surfaced on the next query */
     });
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-    const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: opts.pgPreparedStatements === false ? pool : withPreparedStatements(pool) }) });
+    const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: withPreparedStatements(pool, opts.pgPreparedStatements !== false) }) });
     const named = opts.pgPreparedStatements !== false;
     const pgRead = async <R>(text: string, values: readonly unknown[], array = false): Promise<R[]> => {
       const name = named ? preparedName(text) : undefined;

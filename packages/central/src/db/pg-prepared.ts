@@ -5,7 +5,7 @@
 // stable name, so pg parses it once per connection and then only binds and executes it.
 // Only registered texts are named: the set is small and fixed, so per-connection statement
 // caches stay bounded (dynamic queries such as IN lists stay unnamed).
-import type pg from 'pg';
+import pg from 'pg';
 
 const names = new Map<string, string>();
 
@@ -20,28 +20,107 @@ export function preparedName(text: string): string | undefined {
 }
 
 const PATCHED = Symbol('locker.prepared');
+/** the client was asked to BEGIN and has not sent it yet (see patch) */
+const BEGIN_PENDING = Symbol('locker.beginPending');
 
-function patch(client: pg.PoolClient): pg.PoolClient {
-  const c = client as pg.PoolClient & { [PATCHED]?: true };
+/** what pg answers a statement without rows: Kysely reads command, rowCount and rows */
+const done = (command: string) => Promise.resolve({ command, rowCount: null, rows: [], fields: [] });
+
+/** pg's connection as a Query's prepare() sees it (the protocol writers) */
+interface PgConnection {
+  parse(q: { text: string; name?: string }): void;
+  bind(c: { portal?: string; statement?: string; values?: unknown[] }): void;
+  execute(c: { portal?: string; rows?: number }): void;
+  parsedStatements: Record<string, string>;
+}
+
+type QueryCallback = (err: Error | null, res?: unknown) => void;
+interface PgQuery {
+  prepare(connection: PgConnection): void;
+  handleCommandComplete(msg: unknown, connection: PgConnection): void;
+}
+const BaseQuery = (pg as unknown as { Query: new (config: { text: string; values: unknown[]; name?: string }, values: undefined, cb: QueryCallback) => PgQuery }).Query;
+
+/**
+ * A transaction's BEGIN written together with its first statement, in one write and one round
+ * trip: BEGIN through the extended protocol (Parse, Bind, Execute) without a Sync, then the
+ * statement as pg writes it (ending with the Sync). The server answers BEGIN's CommandComplete
+ * first (swallowed here), then the statement's rows and ReadyForQuery as for the statement alone.
+ * An error in either ends the query with that error; the server skips to the Sync, and the
+ * caller's ROLLBACK follows as it would after a failed statement.
+ */
+class BeginThenQuery extends BaseQuery {
+  private begun = false;
+  override prepare(connection: PgConnection): void {
+    connection.parse({ text: 'BEGIN' });
+    connection.bind({});
+    connection.execute({});
+    super.prepare(connection);
+  }
+  override handleCommandComplete(msg: unknown, connection: PgConnection): void {
+    if (!this.begun) {
+      this.begun = true; // BEGIN's
+      return;
+    }
+    super.handleCommandComplete(msg, connection);
+  }
+}
+
+/**
+ * Each pooled client: a registered text goes by its name (`named`); and a transaction's `begin`
+ * (Kysely sends exactly that, without values) is held back and written with the transaction's
+ * first statement (BeginThenQuery), which saves a round trip per transaction (a booking is then
+ * three: BEGIN with the locker taken, the shipment's rows, COMMIT). A transaction that sends no
+ * statement commits or rolls back without a word to the server. A first statement without values
+ * (a SAVEPOINT, a multi-statement text) or a named one not yet parsed on this connection goes
+ * after a BEGIN of its own, as before.
+ */
+function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
+  const c = client as pg.PoolClient & { [PATCHED]?: true; [BEGIN_PENDING]?: boolean; connection?: PgConnection };
   if (c[PATCHED]) return client;
-  const query = client.query.bind(client) as (...a: unknown[]) => unknown;
-  (c as { query: unknown }).query = (text: unknown, values?: unknown, cb?: unknown) => {
-    const name = typeof text === 'string' ? names.get(text) : undefined;
+  const query = client.query.bind(client) as (...a: unknown[]) => Promise<unknown>;
+  const send = (text: unknown, values?: unknown, cb?: unknown): unknown => {
+    const name = named && typeof text === 'string' ? names.get(text) : undefined;
     if (name && Array.isArray(values) && cb === undefined) return query({ name, text, values });
     return cb === undefined ? (values === undefined ? query(text) : query(text, values)) : query(text, values, cb);
+  };
+  (c as { query: unknown }).query = (text: unknown, values?: unknown, cb?: unknown) => {
+    if (cb === undefined && typeof text === 'string' && (values === undefined || (Array.isArray(values) && values.length === 0))) {
+      if (text === 'begin' && !c[BEGIN_PENDING]) {
+        c[BEGIN_PENDING] = true;
+        return done('BEGIN');
+      }
+      if (c[BEGIN_PENDING] && (text === 'commit' || text === 'rollback')) {
+        c[BEGIN_PENDING] = false;
+        return done(text.toUpperCase());
+      }
+    }
+    if (!c[BEGIN_PENDING]) return send(text, values, cb);
+    c[BEGIN_PENDING] = false;
+    const name = named && typeof text === 'string' ? names.get(text) : undefined;
+    const parsed = name === undefined || c.connection?.parsedStatements[name] === text;
+    if (typeof text === 'string' && Array.isArray(values) && values.length > 0 && cb === undefined && parsed) {
+      return new Promise((resolve, reject) => {
+        void query(new BeginThenQuery({ text, values, ...(name ? { name } : {}) }, undefined, (err, res) => (err ? reject(err) : resolve(res))));
+      });
+    }
+    return query('begin').then(() => send(text, values, cb));
   };
   c[PATCHED] = true;
   return client;
 }
 
-/** The pool as Kysely's PostgresDialect sees it: clients whose registered queries are prepared. */
-export function withPreparedStatements(pool: pg.Pool): pg.Pool {
+/**
+ * The pool as Kysely's PostgresDialect sees it: clients whose transactions send BEGIN with their
+ * first statement, and (`named`, database.pgPreparedStatements) whose registered queries are prepared.
+ */
+export function withPreparedStatements(pool: pg.Pool, named = true): pg.Pool {
   return new Proxy(pool, {
     get(target, prop, receiver) {
       if (prop === 'connect') {
         return async (...args: unknown[]) => {
           if (args.length) return (target.connect as (...a: unknown[]) => unknown)(...args);
-          return patch(await target.connect());
+          return patch(await target.connect(), named);
         };
       }
       const v = Reflect.get(target, prop, receiver) as unknown;
