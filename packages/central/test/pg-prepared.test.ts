@@ -111,10 +111,10 @@ describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', ()
   });
 
   it('the first statement fails: its own error (code), the transaction rolled back, the connection idle and usable', async () => {
-    const err = await db.kysely
+    const err = (await db.kysely
       .transaction()
       .execute((trx) => trx.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [1, 'again'])))
-      .catch((e: unknown) => e as { code?: string });
+      .catch((e: unknown) => e)) as { code?: string };
     expect(err.code).toBe('23505');
     const client = await db.pool!.connect();
     try {

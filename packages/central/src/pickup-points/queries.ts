@@ -88,8 +88,12 @@ function addressFromJson(text: string | null): ApiAddress | null {
     return null;
   }
   if (!a || typeof a !== 'object') return null;
-  const s = (v: unknown) => (typeof v === 'string' ? v : '');
-  return { streetName: s(a.streetName), mailbox: s(a.mailbox), city: s(a.city), countryIso2: s(a.countryIso2) };
+  return { streetName: textOr(a.streetName), mailbox: textOr(a.mailbox), city: textOr(a.city), countryIso2: textOr(a.countryIso2) };
+}
+
+/** a stored address field: its text, '' when absent or not a string */
+function textOr(v: unknown): string {
+  return typeof v === 'string' ? v : '';
 }
 
 
@@ -274,7 +278,10 @@ export class PickupPointQueries {
       const k: LockerKindItem = { sizeCode: sizeName(l), typeCode: l.type_code, dimension: dimension(l) };
       kinds.set(JSON.stringify([k.sizeCode, k.typeCode, k.dimension.width, k.dimension.height, k.dimension.length]), k);
     }
-    const vol = (k: LockerKindItem) => k.dimension.width * k.dimension.height * k.dimension.length;
-    return [...kinds.values()].sort((a, b) => vol(a) - vol(b) || a.sizeCode.localeCompare(b.sizeCode) || a.typeCode.localeCompare(b.typeCode));
+    return [...kinds.values()].sort((a, b) => kindVolume(a) - kindVolume(b) || a.sizeCode.localeCompare(b.sizeCode) || a.typeCode.localeCompare(b.typeCode));
   }
+}
+
+function kindVolume(k: LockerKindItem): number {
+  return k.dimension.width * k.dimension.height * k.dimension.length;
 }
