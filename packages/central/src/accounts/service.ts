@@ -97,7 +97,12 @@ export function joinStreet(name: string | null, no: string | null): string | nul
  * sees only the pick up points it manages, also when it manages the account through a shared PUP
  * while the main PUP is another tenant's.
  */
-export function accountFields(row: AccountRow, pupName: string | null, pupVisible = true): AccountFields {
+/** The columns accountFields reads: the reads that answer with account fields select these, not every column. */
+export type AccountFieldsRow = Pick<AccountRow, 'uid' | 'user_name' | 'first_name' | 'last_name' | 'email_address' | 'phone_number' | 'main_pup_uid' | 'mail_code' | 'language_code' | 'street_name' | 'street_no' | 'mailbox' | 'city' | 'country_code'>;
+/** AccountFieldsRow's columns of `accounts as a` (fewer columns to describe and convert per row: on PostgreSQL the row description is parsed on every call) */
+const FIELD_COLUMNS = 'a.uid, a.user_name, a.first_name, a.last_name, a.email_address, a.phone_number, a.main_pup_uid, a.mail_code, a.language_code, a.street_name, a.street_no, a.mailbox, a.city, a.country_code';
+
+export function accountFields(row: AccountFieldsRow, pupName: string | null, pupVisible = true): AccountFields {
   return {
     userUid: row.uid,
     userName: row.user_name,
@@ -215,12 +220,16 @@ const ACCOUNT_FOR_READ = Object.fromEntries(
   (['sqlite', 'postgres'] as const).map((engine) => {
     const agg = engine === 'postgres' ? 'json_agg' : 'json_group_array';
     const text = (column: string) =>
-      `select a.*, (select ${agg}(ap.pup_uid) from account_pups ap where ap.account_uid = a.uid) as links, ` +
+      `select ${FIELD_COLUMNS}, (select ${agg}(ap.pup_uid) from account_pups ap where ap.account_uid = a.uid) as links, ` +
       `(select ${agg}(t.uid) from tenants t where t.main_account_uid = a.uid) as owners, ` +
       `(select p.name from pups p where p.uid = a.main_pup_uid) as pup_name from accounts a where a.${column} = ?`;
     return [engine, { uid: text('uid'), user_name_key: text('user_name_key'), email_key: text('email_key') }];
   }),
 ) as Record<'sqlite' | 'postgres', Record<'uid' | 'user_name_key' | 'email_key', string>>;
+
+/** GetAccounts: the page's rows by their uids (one array parameter) */
+const PAGE_ROWS_PG = `select ${FIELD_COLUMNS}, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid = any(?::text[])`;
+const PAGE_ROWS_SQLITE = `select ${FIELD_COLUMNS}, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid in (select value from json_each(?))`;
 
 /** a search criterion as given, trimmed ('' when absent) */
 function trimmed(v: string | null | undefined): string {
@@ -238,7 +247,7 @@ function uidList(v: string | string[] | null): string[] {
 }
 
 /** GetAccount's answer for an account the tenant manages (its main PUP's name only when the tenant sees that PUP) */
-function fullAccount(tenant: TenantPrincipal, row: AccountRow & { pup_name: string | null }) {
+function fullAccount(tenant: TenantPrincipal, row: AccountFieldsRow & { pup_name: string | null }) {
   const visible = AccountService.seesPup(tenant, row.main_pup_uid);
   return { isExisting: true, canManageUser: true, ...accountFields(row, visible ? row.pup_name : null, visible) };
 }
@@ -257,10 +266,10 @@ export class AccountService {
    * user_name_key or email_key is the value, with what canManageAccount (accounts/access.ts) and
    * the main PUP's name need: its linked PUPs and the tenants it is the main account of.
    */
-  private async accountForRead(column: 'uid' | 'user_name_key' | 'email_key', value: string): Promise<(AccountRow & { links: string[]; owners: string[]; pup_name: string | null }) | undefined> {
-    const row = (await this.read<AccountRow & { links: string | string[] | null; owners: string | string[] | null; pup_name: string | null }>(ACCOUNT_FOR_READ[this.ctx.db.engine][column], [value]))[0];
+  private async accountForRead(column: 'uid' | 'user_name_key' | 'email_key', value: string): Promise<(AccountFieldsRow & { links: string[]; owners: string[]; pup_name: string | null }) | undefined> {
+    const row = (await this.read<AccountFieldsRow & { links: string | string[] | null; owners: string | string[] | null; pup_name: string | null }>(ACCOUNT_FOR_READ[this.ctx.db.engine][column], [value]))[0];
     if (!row) return undefined;
-    const r = row as AccountRow & { links: string[]; owners: string[]; pup_name: string | null };
+    const r = row as AccountFieldsRow & { links: string[]; owners: string[]; pup_name: string | null };
     r.links = uidList(row.links);
     r.owners = uidList(row.owners);
     return r;
@@ -459,15 +468,15 @@ export class AccountService {
     const offset = (b.pageNo - 1) * b.pageSize;
     let total: number;
     let uids: string[];
-    let fetchedRows: (Selectable<AccountsTable> & { pup_name: string | null })[] | null = null;
+    let fetchedRows: (AccountFieldsRow & { pup_name: string | null })[] | null = null;
     if (engine === 'postgres') {
       // One statement, one round trip: the matches are scanned once (hash semi-join with the
       // tenant's links), the total counted over all of them, only the page's uids sorted out of
       // them (top-N), and the page's rows joined to them (the fetch below, on SQLite a statement of
       // its own: there a statement costs no round trip)
-      const page = await this.read<Selectable<AccountsTable> & { pup_name: string | null; page_total: number | string }>(
+      const page = await this.read<AccountFieldsRow & { pup_name: string | null; page_total: number | string }>(
         `with pg as (select a.uid, count(*) over() as page_total ${from} order by a.user_name_key, a.uid limit ? offset ?) ` +
-          'select a.*, p.name as pup_name, pg.page_total from pg inner join accounts as a on a.uid = pg.uid left join pups as p on p.uid = a.main_pup_uid order by a.user_name_key, a.uid',
+          `select ${FIELD_COLUMNS}, p.name as pup_name, pg.page_total from pg inner join accounts as a on a.uid = pg.uid left join pups as p on p.uid = a.main_pup_uid order by a.user_name_key, a.uid`,
         [...params, b.pageSize, offset],
         named,
       );
@@ -509,14 +518,14 @@ export class AccountService {
         if (reverse) uids.reverse();
       }
     }
-    const byUid = new Map<string, Selectable<AccountsTable> & { pup_name: string | null }>();
+    const byUid = new Map<string, AccountFieldsRow & { pup_name: string | null }>();
     if (fetchedRows) for (const r of fetchedRows) byUid.set(r.uid, r);
     else if (uids.length > 0) {
       // the page's rows by one statement whatever the page's length: the uids as one array parameter
-      const fetched = await this.read<Selectable<AccountsTable> & { pup_name: string | null }>(
+      const fetched = await this.read<AccountFieldsRow & { pup_name: string | null }>(
         engine === 'postgres'
-          ? 'select a.*, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid = any(?::text[])'
-          : 'select a.*, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid in (select value from json_each(?))',
+          ? PAGE_ROWS_PG
+          : PAGE_ROWS_SQLITE,
         [engine === 'postgres' ? uids : JSON.stringify(uids)],
       );
       for (const r of fetched) byUid.set(r.uid, r);
