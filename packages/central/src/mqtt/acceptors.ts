@@ -25,6 +25,9 @@ const HELPER = `process.on('message', (m, h) => {
   for (let i = 0; i < m.n; i++) process.send('dup', h, () => { if (--left === 0) { h.close(); process.disconnect(); } });
 });`;
 
+/** how long duplicateListener waits for the helper process to exit after it is done with it */
+const HELPER_EXIT_WAIT_MS = 2_000;
+
 /** Default of mqtt.acceptors. */
 export const ACCEPTORS = 32;
 
@@ -91,7 +94,13 @@ export async function duplicateListener(server: net.Server, o: DuplicateOptions)
   } catch {
     // whatever came back is used; the server works with one descriptor in any case
   } finally {
-    if (child.exitCode === null && child.signalCode === null) child.kill();
+    // the helper holds its own descriptors of the socket until it is gone: wait for it (bounded),
+    // so that once the servers are closed no process keeps the port listening
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      child.kill();
+      await Promise.race([exited, new Promise<void>((resolve) => setTimeout(resolve, HELPER_EXIT_WAIT_MS).unref())]);
+    }
   }
   return added;
 }
