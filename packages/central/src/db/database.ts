@@ -93,8 +93,8 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
       /* idle client errors are surfaced on the next query */
     });
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
-    const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: withPreparedStatements(pool, opts.pgPreparedStatements !== false) }) });
     const named = opts.pgPreparedStatements !== false;
+    const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: withPreparedStatements(pool, named) }) });
     const pgRead = async <R>(text: string, values: readonly unknown[], array = false): Promise<R[]> => {
       const name = named ? preparedName(text) : undefined;
       const r = await pool.query({ text, values: values as unknown[], ...(name ? { name } : {}), ...(array ? { rowMode: 'array' } : {}) });
