@@ -4,7 +4,7 @@
 // stay unnamed either way. A transaction's BEGIN goes with its first statement: one round trip
 // less (counted in ReadyForQuery messages), with the same outcomes, errors included.
 import crypto from 'node:crypto';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CompiledQuery, sql } from 'kysely';
 import pg from 'pg';
 import { openDatabase, type Db } from '../src/db/database';
@@ -82,7 +82,7 @@ describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', ()
     return rfq - before;
   }
 
-  it('prepare', async () => {
+  beforeAll(async () => {
     db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
     await db.pool!.query(`CREATE TABLE IF NOT EXISTS ${table} (k int primary key, v text)`);
     const client = await db.pool!.connect();

@@ -416,25 +416,24 @@ export class AccountService {
 
     // The statement texts are fixed per shape of request (which filters are given, how many
     // fullName words): built once and prepared (db/prepared-read.ts), not a query tree per call.
-    const t = trimmed;
     // the filters first: SQLite tests the terms in this order, and the cheap ones rule out most rows
     const where: string[] = [];
     const params: unknown[] = [];
-    if (t(b.userName)) {
+    if (trimmed(b.userName)) {
       where.push(containsSql(engine, 'a.user_name_key'));
-      params.push(t(b.userName).toLowerCase());
+      params.push(trimmed(b.userName).toLowerCase());
     }
-    if (t(b.emailAddress)) {
+    if (trimmed(b.emailAddress)) {
       where.push(containsSql(engine, 'a.email_key'));
-      params.push(t(b.emailAddress).toLowerCase());
+      params.push(trimmed(b.emailAddress).toLowerCase());
     }
     // full_name_key = lower(coalesce(first_name, '') || ' ' || coalesce(last_name, '')), kept by the database
     for (const word of queryWords(b.fullName)) {
       where.push(containsSql(engine, 'a.full_name_key'));
       params.push(word);
     }
-    if (t(b.phoneNumber)) {
-      let p = t(b.phoneNumber).replace(/[\s\-.()/]/g, '');
+    if (trimmed(b.phoneNumber)) {
+      let p = trimmed(b.phoneNumber).replace(/[\s\-.()/]/g, '');
       if (p.startsWith('00')) p = '+' + p.slice(2);
       // phone numbers are stored normalized (+ and digits): no lower() needed
       if (p) {
@@ -442,13 +441,13 @@ export class AccountService {
         params.push(p.toLowerCase());
       }
     }
-    if (t(b.mailCode)) {
+    if (trimmed(b.mailCode)) {
       where.push('a.mail_code = ?');
-      params.push(t(b.mailCode).toUpperCase());
+      params.push(trimmed(b.mailCode).toUpperCase());
     }
-    if (t(b.pupUid)) {
+    if (trimmed(b.pupUid)) {
       where.push('exists (select ap2.account_uid from account_pups as ap2 where ap2.account_uid = a.uid and ap2.pup_uid = ?)');
-      params.push(t(b.pupUid));
+      params.push(trimmed(b.pupUid));
     }
     // accounts/access.ts notOthersMainAccount in the form a search wants: not the main account of
     // another tenant, unless it is the caller's main account too. The two tenant lists are read once

@@ -7,7 +7,7 @@ import { Kysely, Migrator, type MigrationProvider, type Migration } from 'kysely
 import pg from 'pg';
 import type { Database } from './schema';
 import { migrations as allMigrations } from './migrations/index';
-import { preparedName, withPreparedStatements } from './pg-prepared';
+import { pooledReader, withPreparedStatements } from './pg-prepared';
 import { LockerPostgresDialect } from './pg-introspector';
 import { FifoSqliteDialect } from './sqlite-dialect';
 import { WAL_AUTOCHECKPOINT_PAGES, WAL_SAFETY_PAGES, WalCheckpointer } from './checkpointer';
@@ -95,12 +95,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
     const named = opts.pgPreparedStatements !== false;
     const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: withPreparedStatements(pool, named) }) });
-    const pgRead = async <R>(text: string, values: readonly unknown[], array = false): Promise<R[]> => {
-      const name = named ? preparedName(text) : undefined;
-      const r = await pool.query({ text, values: values as unknown[], ...(name ? { name } : {}), ...(array ? { rowMode: 'array' } : {}) });
-      return r.rows as R[];
-    };
-    return makeDb(kysely, 'postgres', { pool, pgRead }, schema);
+    return makeDb(kysely, 'postgres', { pool, pgRead: pooledReader(pool, named) }, schema);
   }
   const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');
   if (file !== ':memory:') {

@@ -14,9 +14,16 @@ export function registerPreparedStatement(text: string): void {
   if (!names.has(text)) names.set(text, `locker_${names.size + 1}`);
 }
 
-/** The name a registered text is sent under (undefined: not registered, sent unnamed). */
-export function preparedName(text: string): string | undefined {
-  return names.get(text);
+/**
+ * Db.pgRead: the rows of one statement straight from the pool (pool.query), a registered text by
+ * its name when `named` (database.pgPreparedStatements), as arrays with `array` (rowMode 'array').
+ */
+export function pooledReader(pool: pg.Pool, named: boolean): <R>(text: string, values: readonly unknown[], array?: boolean) => Promise<R[]> {
+  return async <R>(text: string, values: readonly unknown[], array = false): Promise<R[]> => {
+    const name = named ? names.get(text) : undefined;
+    const r = await pool.query({ text, values: values as unknown[], ...(name ? { name } : {}), ...(array ? { rowMode: 'array' as const } : {}) });
+    return r.rows as R[];
+  };
 }
 
 const PATCHED = Symbol('locker.prepared');
