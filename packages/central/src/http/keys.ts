@@ -31,20 +31,68 @@ function byLowerCase(shape: Record<string, AnyZod>): Map<string, string> {
   return m;
 }
 
-export function normalizeKeys(schema: AnyZod, value: unknown): unknown {
-  const s: any = unwrap(schema);
-  const type = s?._zod?.def?.type;
-  if (type === 'object' && value && typeof value === 'object' && !Array.isArray(value)) {
-    const shape: Record<string, AnyZod> = s._zod.def.shape;
-    const byLower = byLowerCase(shape);
+type Normalizer = (value: unknown) => unknown;
+const keep: Normalizer = (v) => v;
+/** one normalizer per schema, built on first use (children lazily: schemas may be recursive) */
+const normalizers = new WeakMap<object, Normalizer>();
+
+function normalizerOf(schema: AnyZod): Normalizer {
+  let n = normalizers.get(schema);
+  if (!n) {
+    const s: any = unwrap(schema);
+    const type = s?._zod?.def?.type;
+    n = type === 'object' ? objectNormalizer(s._zod.def.shape) : type === 'array' ? arrayNormalizer(s._zod.def.element) : keep;
+    normalizers.set(schema, n);
+  }
+  return n;
+}
+
+function objectNormalizer(shape: Record<string, AnyZod>): Normalizer {
+  const byLower = byLowerCase(shape);
+  const children = new Map<string, Normalizer>();
+  const child = (k: string): Normalizer => {
+    let c = children.get(k);
+    if (!c) children.set(k, (c = normalizerOf(shape[k]!)));
+    return c;
+  };
+  return (value) => {
+    if (!value || typeof value !== 'object' || Array.isArray(value)) return value;
+    const obj = value as Record<string, unknown>;
+    const keys = Object.keys(obj);
+    // Most bodies use the schema's spelling throughout: then the object itself is the answer (no
+    // copy per request). Any case variant, or a nested value that changes, takes the copy below.
+    let i = 0;
+    for (; i < keys.length; i++) {
+      const k = keys[i]!;
+      if (Object.hasOwn(shape, k)) {
+        const v = obj[k];
+        if (child(k)(v) !== v) break;
+      } else if (byLower.has(k.toLowerCase())) break;
+    }
+    if (i === keys.length) return value;
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
-      const canon = shape[k] ? k : (byLower.get(k.toLowerCase()) ?? k);
+    for (const k of keys) {
+      const canon = Object.hasOwn(shape, k) ? k : (byLower.get(k.toLowerCase()) ?? k);
       if (canon in out && canon !== k) continue; // exact spelling wins over a case variant
-      out[canon] = shape[canon] ? normalizeKeys(shape[canon]!, v) : v;
+      out[canon] = Object.hasOwn(shape, canon) ? child(canon)(obj[k]) : obj[k];
     }
     return out;
-  }
-  if (type === 'array' && Array.isArray(value)) return value.map((v) => normalizeKeys(s._zod.def.element, v));
-  return value;
+  };
+}
+
+function arrayNormalizer(element: AnyZod): Normalizer {
+  let el: Normalizer | undefined;
+  return (value) => {
+    if (!Array.isArray(value)) return value;
+    el ??= normalizerOf(element);
+    for (let i = 0; i < value.length; i++) {
+      if (el(value[i]) !== value[i]) return value.map(el);
+    }
+    return value;
+  };
+}
+
+/** The value with every object key that matches a schema key ignoring case spelled as the schema spells it. */
+export function normalizeKeys(schema: AnyZod, value: unknown): unknown {
+  return normalizerOf(schema)(value);
 }
