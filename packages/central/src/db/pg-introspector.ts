@@ -5,7 +5,8 @@
 // does not exist" (a relation dropped between the catalog snapshot and the function call). This
 // introspector answers from pg_class alone, for the schemas on the search path: cheap, and no
 // per-column lookups that can race.
-import { PostgresDialect, sql, type DatabaseIntrospector, type DatabaseMetadata, type Kysely, type SchemaMetadata, type TableMetadata } from 'kysely';
+import { PostgresDialect, sql, type DatabaseIntrospector, type DatabaseMetadata, type Driver, type Kysely, type PostgresDialectConfig, type SchemaMetadata, type TableMetadata } from 'kysely';
+import { LockerPostgresDriver } from './pg-prepared';
 
 export class SearchPathIntrospector implements DatabaseIntrospector {
   constructor(private readonly db: Kysely<any>) {}
@@ -28,8 +29,14 @@ export class SearchPathIntrospector implements DatabaseIntrospector {
   }
 }
 
-/** PostgresDialect with the search-path introspector. */
+/** PostgresDialect with the search-path introspector and LockerPostgresDriver (db/pg-prepared.ts). */
 export class LockerPostgresDialect extends PostgresDialect {
+  constructor(private readonly config: PostgresDialectConfig) {
+    super(config);
+  }
+  override createDriver(): Driver {
+    return new LockerPostgresDriver(this.config);
+  }
   override createIntrospector(db: Kysely<any>): DatabaseIntrospector {
     return new SearchPathIntrospector(db);
   }

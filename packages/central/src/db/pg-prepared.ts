@@ -5,6 +5,7 @@
 // stable name, so pg parses it once per connection and then only binds and executes it.
 // Only registered texts are named: the set is small and fixed, so per-connection statement
 // caches stay bounded (dynamic queries such as IN lists stay unnamed).
+import { CompiledQuery, PostgresDriver, type DatabaseConnection, type TransactionSettings } from 'kysely';
 import pg from 'pg';
 
 const names = new Map<string, string>();
@@ -24,6 +25,34 @@ export function pooledReader(pool: pg.Pool, named: boolean): <R>(text: string, v
     const r = await pool.query({ text, values: values as unknown[], ...(name ? { name } : {}), ...(array ? { rowMode: 'array' as const } : {}) });
     return r.rows as R[];
   };
+}
+
+/**
+ * The texts LockerPostgresDriver sends to open and end a transaction: the pooled client (patch)
+ * holds this BEGIN back until the transaction's first statement. Our own texts, so the client
+ * recognises the driver's intent rather than whatever text Kysely happens to send; on a client
+ * without the patch they are plain BEGIN, COMMIT and ROLLBACK.
+ */
+export const BEGIN_WITH_FIRST_STATEMENT = 'BEGIN /* locker: written with the first statement */';
+const COMMIT = 'COMMIT';
+const ROLLBACK = 'ROLLBACK';
+
+/**
+ * Kysely's PostgreSQL driver, opening a transaction with BEGIN_WITH_FIRST_STATEMENT (a transaction
+ * with an isolation level or access mode opens as Kysely opens it) and ending it with our COMMIT
+ * and ROLLBACK texts, which a held-back BEGIN answers without a word to the server.
+ */
+export class LockerPostgresDriver extends PostgresDriver {
+  override async beginTransaction(connection: DatabaseConnection, settings: TransactionSettings): Promise<void> {
+    if (settings.isolationLevel || settings.accessMode) return super.beginTransaction(connection, settings);
+    await connection.executeQuery(CompiledQuery.raw(BEGIN_WITH_FIRST_STATEMENT));
+  }
+  override async commitTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(COMMIT));
+  }
+  override async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw(ROLLBACK));
+  }
 }
 
 const PATCHED = Symbol('locker.prepared');
@@ -74,8 +103,8 @@ class BeginThenQuery extends BaseQuery {
 }
 
 /**
- * Each pooled client: a registered text goes by its name (`named`); and a transaction's `begin`
- * (Kysely sends exactly that, without values) is held back and written with the transaction's
+ * Each pooled client: a registered text goes by its name (`named`); and a transaction's BEGIN
+ * (BEGIN_WITH_FIRST_STATEMENT, from LockerPostgresDriver) is held back and written with the transaction's
  * first statement (BeginThenQuery), which saves a round trip per transaction (a booking is then
  * three: BEGIN with the locker taken, the shipment's rows, COMMIT). A transaction that sends no
  * statement commits or rolls back without a word to the server. A first statement without values
@@ -93,13 +122,13 @@ function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
   };
   (c as { query: unknown }).query = (text: unknown, values?: unknown, cb?: unknown) => {
     if (cb === undefined && typeof text === 'string' && (values === undefined || (Array.isArray(values) && values.length === 0))) {
-      if (text === 'begin' && !c[BEGIN_PENDING]) {
+      if (text === BEGIN_WITH_FIRST_STATEMENT && !c[BEGIN_PENDING]) {
         c[BEGIN_PENDING] = true;
         return done('BEGIN');
       }
-      if (c[BEGIN_PENDING] && (text === 'commit' || text === 'rollback')) {
+      if (c[BEGIN_PENDING] && (text === COMMIT || text === ROLLBACK)) {
         c[BEGIN_PENDING] = false;
-        return done(text.toUpperCase());
+        return done(text);
       }
     }
     if (!c[BEGIN_PENDING]) return send(text, values, cb);
@@ -111,7 +140,7 @@ function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
         void query(new BeginThenQuery({ text, values, ...(name ? { name } : {}) }, undefined, (err, res) => (err ? reject(err) : resolve(res))));
       });
     }
-    return query('begin').then(() => send(text, values, cb));
+    return query(BEGIN_WITH_FIRST_STATEMENT).then(() => send(text, values, cb));
   };
   c[PATCHED] = true;
   return client;
