@@ -16,7 +16,7 @@ import type { Database } from '../db/schema';
 import type { LockObservationsTable } from '../db/schema-edge';
 import type { Logger } from '../logger';
 import { toDbTime } from '../ids';
-import { registerScrapeGauge } from '../ops/metrics';
+import { registerScrapeMetric } from '../ops/metrics';
 import { registerWorkerFactory } from '../workers';
 
 // ------------------------------------------------------------------ observations (pure)
@@ -503,7 +503,7 @@ export class DisagreementMonitor implements Worker {
 registerWorkerFactory((ctx) => new DisagreementMonitor(ctx));
 
 /** locker_lock_disagreements{pup, kind}: every pick up point and kind, 0 when there is none. */
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_lock_disagreements',
   help: 'Lockers whose last observed physical state disagrees with their shipment, or that report a fault, by pick up point and kind (docs/state-machine.md, Disagreements)',
   labelNames: ['pup', 'kind'],

@@ -7,7 +7,7 @@
 //   counted where things happen (a booking, a transition, a callback attempt, a terminal event).
 //   They cost a few hundred nanoseconds each and are counted whether or not the endpoint is on; the
 //   per-request histogram is only observed when metrics.enabled (app.ts).
-// - state gauges (registerScrapeGauge) are read fresh from their source (the database, the pool) on
+// - state gauges and totals kept elsewhere (registerScrapeMetric) are read fresh from their source (the database, the pool) on
 //   every scrape, through the AppContext of the service whose endpoint is scraped; nothing is kept
 //   between scrapes. A gauge whose read fails is left out of that scrape (logged), the rest is served.
 //
@@ -88,8 +88,8 @@ export interface MetricSample {
   value: number;
 }
 
-/** A gauge read from its source on every scrape. */
-export interface ScrapeGauge {
+/** A gauge (or a counter: type) read from its source on every scrape. */
+export interface ScrapeMetric {
   name: string;
   help: string;
   labelNames: readonly string[];
@@ -98,15 +98,15 @@ export interface ScrapeGauge {
   collect(ctx: AppContext): Promise<MetricSample[]>;
 }
 
-const scrapeGauges: ScrapeGauge[] = [];
+const scrapeMetrics: ScrapeMetric[] = [];
 
-export function registerScrapeGauge(g: ScrapeGauge): void {
-  if (!scrapeGauges.some((x) => x.name === g.name)) scrapeGauges.push(g);
+export function registerScrapeMetric(g: ScrapeMetric): void {
+  if (!scrapeMetrics.some((x) => x.name === g.name)) scrapeMetrics.push(g);
 }
 
 /** The names of every metric the central service exposes (event metrics and scrape gauges), for tests and the alert rules' check. */
 export function centralMetricNames(): string[] {
-  return [...metricsRegistry.getMetricsAsArray().map((m) => (m as unknown as { name: string }).name), ...scrapeGauges.map((g) => g.name)];
+  return [...metricsRegistry.getMetricsAsArray().map((m) => (m as unknown as { name: string }).name), ...scrapeMetrics.map((g) => g.name)];
 }
 
 let defaultMetricsOn = false;
@@ -114,7 +114,7 @@ let defaultMetricsOn = false;
 /** The registry one endpoint serves: the process-wide event metrics plus this service's scrape gauges. */
 export function serviceRegistry(ctx: AppContext, log: Logger): Registry {
   const own = new Registry();
-  for (const g of scrapeGauges) {
+  for (const g of scrapeMetrics) {
     const read = async (put: (s: MetricSample) => void) => {
       try {
         for (const s of await g.collect(ctx)) put(s);
@@ -147,7 +147,7 @@ export function serviceRegistry(ctx: AppContext, log: Logger): Registry {
 
 // ---- the service's own state gauges --------------------------------------------------------------
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_callback_outbox_pending',
   help: 'Callback messages waiting to be delivered (the outbox backlog, every tenant)',
   labelNames: [],
@@ -157,7 +157,7 @@ registerScrapeGauge({
   },
 });
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_callback_outbox_oldest_pending_age_seconds',
   help: 'Age of the oldest callback message not yet delivered (0 when none is pending)',
   labelNames: [],
@@ -178,7 +178,7 @@ async function terminalRows(ctx: AppContext) {
     .execute();
 }
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_terminal_online',
   help: 'Whether a terminal is online (1) or offline (0) by its last status on the broker (a provisioned terminal never seen is 0)',
   labelNames: ['terminal', 'pup'],
@@ -187,7 +187,7 @@ registerScrapeGauge({
   },
 });
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_terminals',
   help: 'Provisioned terminals by state (online, offline)',
   labelNames: ['state'],
@@ -201,7 +201,7 @@ registerScrapeGauge({
   },
 });
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_terminal_journal_unsent',
   help: 'Events a terminal had journalled but not yet had acknowledged, by its last online status',
   labelNames: ['terminal'],
@@ -220,7 +220,7 @@ registerScrapeGauge({
   },
 });
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_db_pool_connections',
   help: 'PostgreSQL pool connections by state (total, idle, waiting: queries waiting for a connection; max: the configured size). Absent on SQLite',
   labelNames: ['state'],
@@ -236,7 +236,7 @@ registerScrapeGauge({
   },
 });
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_sqlite_checkpoint_thread_up',
   help: 'SQLite with database.sqliteCheckpoints background: 1 while the WAL checkpoint thread works, 0 once it failed (checkpoints run inside the commits again, on the event loop). Absent otherwise',
   // a label, so that the gauge has no sample at all without the thread (an unlabelled gauge reads 0)
@@ -247,7 +247,7 @@ registerScrapeGauge({
   },
 });
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_sqlite_wal_checkpoints_total',
   type: 'counter',
   help: 'WAL checkpoints of the checkpoint thread since the start, by outcome: done; overlapped (of those done, the main connection wrote meanwhile: the WAL did not restart); refused (SQLite refused it). Absent without the thread',
@@ -263,7 +263,7 @@ registerScrapeGauge({
   },
 });
 
-registerScrapeGauge({
+registerScrapeMetric({
   name: 'locker_sqlite_wal_checkpoint_max_seconds',
   help: 'The longest WAL checkpoint of the checkpoint thread since the start (the writes waited that long; the event loop did not). Absent without the thread',
   labelNames: ['mode'],
