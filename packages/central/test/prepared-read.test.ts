@@ -60,15 +60,34 @@ describeEngines('prepared reads', (engine) => {
     await tx;
   });
 
-  it.runIf(engine === 'sqlite')('pages a sorted read without LIMIT: the page, and the total when it ends within the page', async () => {
+  it.runIf(engine === 'sqlite')('pages a sorted read: the page, and the total when it ends within the page', async () => {
     const all = await t.ctx.db.kysely.selectFrom('lockers').select('uid').orderBy('uid').execute();
     expect(all.length).toBeGreaterThan(3);
     const text = 'select uid from lockers order by uid';
-    expect(await sqlitePage(t.ctx.db, text, [], 0, 2)).toEqual({ rows: all.slice(0, 2) });
+    const first = await sqlitePage(t.ctx.db, text, [], 0, 2);
+    expect(first.rows).toEqual(all.slice(0, 2));
+    // a full page tells the total only when the read ended before its limit
+    expect([undefined, all.length]).toContain(first.total);
     expect(await sqlitePage(t.ctx.db, text, [], 2, all.length)).toEqual({ rows: all.slice(2), total: all.length });
     expect(await sqlitePage(t.ctx.db, text, [], all.length + 5, 2)).toEqual({ rows: [], total: all.length });
     // raw: the same rows as arrays
-    expect(await sqlitePage(t.ctx.db, text, [], 1, 2, true)).toEqual({ rows: all.slice(1, 3).map((r) => [r.uid]) });
+    expect((await sqlitePage(t.ctx.db, text, [], 1, 2, true)).rows).toEqual(all.slice(1, 3).map((r) => [r.uid]));
     expect(await sqlitePage(t.ctx.db, text, [], 2, all.length, true)).toEqual({ rows: all.slice(2).map((r) => [r.uid]), total: all.length });
+  });
+
+  it.runIf(engine === 'sqlite')('pages any read: the rows of the page, the total whenever the read ended before its limit (a power of two above the page end)', async () => {
+    const series = 'with recursive n(i) as (select 1 union all select i + 1 from n where i < ?) select i from n order by i';
+    const rowsOf = (from: number, to: number) => Array.from({ length: Math.max(0, to - from) }, (_, k) => ({ i: from + k + 1 }));
+    // 100 rows: a page ending at 10 reads up to 16 rows (no total), one ending at 70 reads up to 128 (total known)
+    expect(await sqlitePage(t.ctx.db, series, [100], 0, 10)).toEqual({ rows: rowsOf(0, 10) });
+    expect(await sqlitePage(t.ctx.db, series, [100], 60, 10)).toEqual({ rows: rowsOf(60, 70), total: 100 });
+    expect(await sqlitePage(t.ctx.db, series, [100], 90, 20)).toEqual({ rows: rowsOf(90, 100), total: 100 });
+    expect(await sqlitePage(t.ctx.db, series, [100], 200, 20)).toEqual({ rows: [], total: 100 });
+    // a page ending exactly at the last row still tells the total
+    expect(await sqlitePage(t.ctx.db, series, [16], 8, 8)).toEqual({ rows: rowsOf(8, 16), total: 16 });
+    // beyond the literal limits the walk is stepped: the same pages
+    expect(await sqlitePage(t.ctx.db, series, [5000], 4090, 20)).toEqual({ rows: rowsOf(4090, 4110) });
+    expect(await sqlitePage(t.ctx.db, series, [4100], 4090, 20)).toEqual({ rows: rowsOf(4090, 4100), total: 4100 });
+    expect(await sqlitePage(t.ctx.db, series, [5000], 4090, 20, true)).toEqual({ rows: rowsOf(4090, 4110).map((r) => [r.i]) });
   });
 });

@@ -209,8 +209,8 @@ export class PickupPointQueries {
     const offset = (pageNo - 1) * pageSize;
     let rows: unknown[][];
     let known: number | undefined;
-    // SQLite: the sorted walk stepped to the end of the page (sqlitePage: a LIMIT parameter costs
-    // SQLite more than the walk), which also knows the total when the PUP's lockers end within it
+    // SQLite: the sorted read with a literal LIMIT (sqlitePage: a LIMIT parameter costs SQLite
+    // more), which also knows the total when the PUP's lockers end before that limit
     if (this.db.engine === 'sqlite') ({ rows, total: known } = await sqlitePage<unknown[]>(this.db, texts.sorted, [pupUid, tenantUid, pupUid], offset, pageSize, true));
     else rows = await this.readRaw(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset]);
     if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
