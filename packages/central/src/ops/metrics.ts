@@ -7,9 +7,9 @@
 //   counted where things happen (a booking, a transition, a callback attempt, a terminal event).
 //   They cost a few hundred nanoseconds each and are counted whether or not the endpoint is on; the
 //   per-request histogram is only observed when metrics.enabled (app.ts).
-// - state gauges and totals kept elsewhere (registerScrapeMetric) are read fresh from their source (the database, the pool) on
-//   every scrape, through the AppContext of the service whose endpoint is scraped; nothing is kept
-//   between scrapes. A gauge whose read fails is left out of that scrape (logged), the rest is served.
+// - state gauges, and totals kept elsewhere (registerScrapeMetric), are read fresh from their
+//   source (the database, the pool) on every scrape, through the AppContext of the service whose
+//   endpoint is scraped; nothing is kept between scrapes. A gauge whose read fails is left out of that scrape (logged), the rest is served.
 //
 // No personal data in labels: routes are templates, never raw URLs; reasons are error codes; ids
 // are pick up point uids and terminal ids.
