@@ -130,8 +130,14 @@ d(`technician's page in headless Chromium at ${WIDTH} px${fs.existsSync(CHROMIUM
     expect(await page.locator('#login-panel').isVisible()).toBe(false);
     // the session's end, in the PUP's time zone with UTC on hover
     const expiry = page.locator('#session-expiry time');
-    expect(await expiry.getAttribute('title')).toMatch(/^\d{4}-\d\d-\d\dT.*Z UTC$/);
-    expect(await expiry.textContent()).toMatch(/^\d\d:\d\d$/);
+    const title = await expiry.getAttribute('title');
+    expect(title).toMatch(/^\d{4}-\d\d-\d\dT.*Z UTC$/);
+    // the end in the PUP's time zone (Europe/Amsterdam here); a session that ends on the next day
+    // there (logged in within its length of local midnight) shows that day too: "28 Nov, 00:22"
+    const localEnd = new Date(title!.replace(/ UTC$/, '')).toLocaleTimeString('en-GB', { timeZone: 'Europe/Amsterdam', hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+    const shown = await expiry.textContent();
+    expect(shown).toMatch(/^(\d{1,2} [A-Z][a-z]{2}, )?\d\d:\d\d$/);
+    expect(shown!.slice(-5)).toBe(localEnd);
     expect(await page.locator('#terminal').textContent()).toBe('term-a1');
     await expect.poll(() => page.locator('#mqtt').textContent()).toBe('connected');
   });
