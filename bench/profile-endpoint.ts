@@ -8,6 +8,7 @@
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts bare                  # the bare fastify route every ratio is taken against
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts /v1/PickupPoints/GetLockers '{"pageNo":1,"pageSize":50,"pupUid":"{pupUid}"}'
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_SECONDS=10 BENCH_PROFILE_OUT=/tmp/x.cpuprofile npx tsx ... GetAccount
+//   NODE_OPTIONS=--perf-basic-prof BENCH_PROFILE_PERF=1 npx tsx ... GetLockers   # no V8 profile: attach `perf record -g -p <pid>` (printed) for on-CPU time with the kernel's
 //
 // The read presets are bench/api.bench.ts's ENDPOINTS on the demo site (16 connections, as there);
 // a path with a body runs against the demo site too, `{pupUid}` and `{mainAccountUid}` in the body
@@ -154,23 +155,30 @@ try {
     }
   }
 
+  // BENCH_PROFILE_PERF=1: no V8 profile, only the load (attach `perf record -g -p <pid>` to the
+  // pid printed here, with NODE_OPTIONS=--perf-basic-prof): on-CPU time including the kernel's
+  const perf = Boolean(process.env.BENCH_PROFILE_PERF);
+  if (perf) console.log(`pid ${process.pid}: load for ${seconds} s`);
   const session = new inspector.Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.setSamplingInterval', { interval: 100 });
-  await session.post('Profiler.start');
+  if (!perf) {
+    session.connect();
+    await session.post('Profiler.enable');
+    await session.post('Profiler.setSamplingInterval', { interval: 100 });
+    await session.post('Profiler.start');
+  }
   const r = await load({ url, connections: target.connections, duration: seconds, headers: target.headers, requests: target.requests });
-  const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
-  session.disconnect();
+  const profile = perf ? undefined : ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile;
+  if (!perf) session.disconnect();
   console.log(`${engine} ${what}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);
   if (sqlTimes.size) {
     const answered = r.ok + r.non2xx;
     console.log('\nstatements per request, us per call   SQL');
     for (const [text, e] of [...sqlTimes].sort((a, b) => b[1].ms - a[1].ms).slice(0, 15)) console.log(`${(e.n / answered).toFixed(2).padStart(6)} ${((e.ms * 1000) / e.n).toFixed(1).padStart(8)}   ${text.slice(0, 150)}`);
   }
-  if (process.env.BENCH_PROFILE_OUT) fs.writeFileSync(process.env.BENCH_PROFILE_OUT, JSON.stringify(profile));
-
-  summariseProfile(profile, (l) => console.log(l));
+  if (profile) {
+    if (process.env.BENCH_PROFILE_OUT) fs.writeFileSync(process.env.BENCH_PROFILE_OUT, JSON.stringify(profile));
+    summariseProfile(profile, (l) => console.log(l));
+  }
 } finally {
   await bareApp?.close();
   await svc.stop();

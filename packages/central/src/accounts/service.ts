@@ -10,7 +10,7 @@ import { ApiError, invalidRequest } from '../errors';
 import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
 import { canManageAccount } from './access';
-import { preparedReader, sqlitePage, type ReadAll } from '../db/prepared-read';
+import { preparedReader, sqlitePage, SQLITE_LIMIT_OFFSET, type ReadAll } from '../db/prepared-read';
 import { AccountFailure } from './route';
 import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
@@ -514,7 +514,7 @@ export class AccountService {
         const fromEnd = total - offset - size;
         const reverse = fromEnd < offset;
         const dir = reverse ? 'desc' : 'asc';
-        const page = await this.read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} limit ? offset ?`, [...params, size, reverse ? fromEnd : offset], named);
+        const page = await this.read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} ${SQLITE_LIMIT_OFFSET}`, [...params, size, reverse ? fromEnd : offset], named);
         uids = page.map((r) => r.uid);
         if (reverse) uids.reverse();
       }

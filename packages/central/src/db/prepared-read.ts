@@ -72,6 +72,14 @@ function sqliteStatement(sqlite: BetterSqlite3.Database, text: string): BetterSq
  */
 export type ReadAll = <R>(text: string, params: readonly unknown[], named?: boolean) => Promise<R[]>;
 
+/**
+ * `LIMIT ? OFFSET ?` for a SQLite text. SQLite (3.47 on) reads the bound value of a LIMIT
+ * parameter while planning and then marks the statement to be planned again whenever that
+ * parameter is bound anew, so a prepared page read was parsed and planned on every call (a
+ * GetShipments page: about 20 us of 130). `? + 0` is an expression the planner does not read.
+ */
+export const SQLITE_LIMIT_OFFSET = 'LIMIT ? + 0 OFFSET ? + 0';
+
 /** the largest LIMIT sqlitePage writes into a text; a page reaching further is stepped (iterate) */
 const MAX_LITERAL_LIMIT = 4096;
 /** the texts with a literal LIMIT appended, per text and limit (a few powers of two per text) */

@@ -5,7 +5,7 @@ import type { Kysely } from 'kysely';
 import { sqliteStatement } from './sqlq';
 import type { Db } from '../db/database';
 import { registerPreparedStatement } from '../db/pg-prepared';
-import { rawStatement } from '../db/prepared-read';
+import { rawStatement, SQLITE_LIMIT_OFFSET } from '../db/prepared-read';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
 import type { TypeCode } from './types';
@@ -181,7 +181,7 @@ function sqlOf(f: ShipmentFilter): ListSql {
     // JSON.parse: one string per row crosses from the database instead of 19 values (SQLite: about
     // 40 % of the page query's time; PostgreSQL: the driver's per-field parsing and its garbage)
     const bareCols = PAGE_COLS.replace(/ AS \w+/g, '');
-    const page = `SELECT json_array(${bareCols}) FROM shipments s ${PAGE_JOINS} WHERE ${where} ${ORDER[f.sortBy]} LIMIT ? OFFSET ?`;
+    const page = `SELECT json_array(${bareCols}) FROM shipments s ${PAGE_JOINS} WHERE ${where} ${ORDER[f.sortBy]} ${SQLITE_LIMIT_OFFSET}`;
     let n = 0;
     const pgWhere = where.replace(/\?/g, () => `$${++n}`);
     const k = n;
