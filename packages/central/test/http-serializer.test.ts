@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { serializerCompiler as zodSerializerCompiler } from 'fastify-type-provider-zod';
-import { compileResponseWriter, quoteJson, serializerCompiler } from '../src/http/serializer';
+import { compileResponseWriter, JsonText, quoteJson, serializerCompiler } from '../src/http/serializer';
 import { ErrorEnvelope, envelope, paged } from '../src/http/envelope';
 import { PickUpPoint, Locker, PupAvailability } from '../src/api/pickup-points';
 
@@ -116,5 +116,13 @@ describe('compiled response serializer', () => {
     }
     const s = z.object({ t: z.string().transform((x) => x.length) });
     expect(serializerCompiler(args(s))({ t: 'abc' })).toBe('{"t":3}');
+  });
+
+  it('writes a JsonText where an object goes as its producer wrote it, in an array or a field', () => {
+    const s = z.object({ items: z.array(z.object({ a: z.string() })), one: z.object({ a: z.string() }).nullable() });
+    const w = compileResponseWriter(s)!;
+    expect(w({ items: [{ a: 'x' }, new JsonText('{"a":"from SQL"}'), { a: 'y' }], one: new JsonText('{"a":"z"}') })).toBe('{"items":[{"a":"x"},{"a":"from SQL"},{"a":"y"}],"one":{"a":"z"}}');
+    // only in an object's place: a string field is not a JsonText's
+    expect(w({ items: [], one: { a: new JsonText('"x"') } })).toBeUndefined();
   });
 });
