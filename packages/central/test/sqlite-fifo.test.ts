@@ -6,10 +6,11 @@
 import os from 'node:os';
 import path from 'node:path';
 import fs from 'node:fs';
-import { sql } from 'kysely';
+import BetterSqlite3 from 'better-sqlite3';
+import { Kysely, sql } from 'kysely';
 import { afterAll, describe, expect, it } from 'vitest';
 import { openDatabase, type Db } from '../src/db/database';
-import { FifoMutex } from '../src/db/sqlite-dialect';
+import { FifoMutex, FifoSqliteDialect } from '../src/db/sqlite-dialect';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-sqlite-fifo-'));
 const dbs: Db[] = [];
@@ -114,5 +115,17 @@ describe('a long queue lets the event loop read its sockets', () => {
     const db = await openDatabase({ url: ':memory:' });
     dbs.push(db);
     expect(db.committedGet).toBeUndefined();
+  });
+});
+
+describe('the SQLite query compiler', () => {
+  it('writes LIMIT and OFFSET as expressions (a bare bound LIMIT makes SQLite plan the statement again on every call), with the same rows', async () => {
+    const db = new Kysely<{ t: { n: number } }>({ dialect: new FifoSqliteDialect({ database: new BetterSqlite3(':memory:') }) });
+    await db.schema.createTable('t').addColumn('n', 'integer').execute();
+    await db.insertInto('t').values(Array.from({ length: 10 }, (_, n) => ({ n }))).execute();
+    const q = db.selectFrom('t').select('n').orderBy('n').limit(3).offset(4);
+    expect(q.compile().sql).toBe('select "n" from "t" order by "n" limit ? + 0 offset ? + 0');
+    expect((await q.execute()).map((r) => r.n)).toEqual([4, 5, 6]);
+    await db.destroy();
   });
 });

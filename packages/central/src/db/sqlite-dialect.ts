@@ -9,7 +9,7 @@
 // plumbing), answered no CONNACK within the terminals' 10 s timeout, and the retries kept the queue
 // full (no terminal back after 60 s). Here a release hands the connection to the next waiter in
 // line and wakes no one else: O(1) per query. Kysely's own mutex stays underneath, uncontended.
-import { SqliteDialect, SqliteDriver, type DatabaseConnection, type Driver, type SqliteDialectConfig } from 'kysely';
+import { SqliteDialect, SqliteDriver, SqliteQueryCompiler, type DatabaseConnection, type Driver, type LimitNode, type OffsetNode, type QueryCompiler, type SqliteDialectConfig } from 'kysely';
 
 /**
  * How long queries may follow one another without letting the event loop read its sockets. The
@@ -82,11 +82,32 @@ class FifoSqliteDriver extends SqliteDriver {
   }
 }
 
+/**
+ * LIMIT and OFFSET as `? + 0`: SQLite (3.47 on) reads the bound value of a bare `LIMIT ?` while
+ * planning and then expires the prepared statement whenever that parameter is bound again, so a
+ * cached statement was parsed and planned anew on every call (db/prepared-read.ts
+ * SQLITE_LIMIT_OFFSET, measured on GetShipments). An expression is not read; the rows are the same.
+ */
+export class SqliteLimitCompiler extends SqliteQueryCompiler {
+  protected override visitLimit(node: LimitNode): void {
+    super.visitLimit(node);
+    this.append(' + 0');
+  }
+
+  protected override visitOffset(node: OffsetNode): void {
+    super.visitOffset(node);
+    this.append(' + 0');
+  }
+}
+
 export class FifoSqliteDialect extends SqliteDialect {
   constructor(private readonly cfg: SqliteDialectConfig) {
     super(cfg);
   }
   override createDriver(): Driver {
     return new FifoSqliteDriver(this.cfg);
+  }
+  override createQueryCompiler(): QueryCompiler {
+    return new SqliteLimitCompiler();
   }
 }
