@@ -52,11 +52,13 @@ describeEngines('prepared reads', (engine) => {
     const duringRaw = readRaw('select name, uid from pups where uid = ?', [pup!.uid]);
     const page = engine === 'sqlite' ? sqlitePage<{ name: string }>(t.ctx.db, 'select name from pups where uid = ? order by name', [pup!.uid], 0, 10) : null;
     const rawPage = engine === 'sqlite' ? sqlitePage<unknown[]>(t.ctx.db, 'select name, uid from pups where uid = ? order by name', [pup!.uid], 0, 10, true) : null;
+    const pluckPage = engine === 'sqlite' ? sqlitePage<string>(t.ctx.db, 'select name from pups where uid = ? order by name', [pup!.uid], 0, 10, 'pluck') : null;
     setTimeout(release, 50);
     expect((await during)[0]!.name).toBe(pup!.name);
     expect(await duringRaw).toEqual([[pup!.name, pup!.uid]]);
     if (page) expect((await page).rows[0]!.name).toBe(pup!.name);
     if (rawPage) expect(await rawPage).toEqual({ rows: [[pup!.name, pup!.uid]], total: 1 });
+    if (pluckPage) expect(await pluckPage).toEqual({ rows: [pup!.name], total: 1 });
     await tx;
   });
 
@@ -73,6 +75,8 @@ describeEngines('prepared reads', (engine) => {
     // raw: the same rows as arrays
     expect((await sqlitePage(t.ctx.db, text, [], 1, 2, true)).rows).toEqual(all.slice(1, 3).map((r) => [r.uid]));
     expect(await sqlitePage(t.ctx.db, text, [], 2, all.length, true)).toEqual({ rows: all.slice(2).map((r) => [r.uid]), total: all.length });
+    // pluck: each row its one value
+    expect(await sqlitePage(t.ctx.db, text, [], 1, all.length, 'pluck')).toEqual({ rows: all.slice(1).map((r) => r.uid), total: all.length });
   });
 
   it.runIf(engine === 'sqlite')('pages any read: the rows of the page, the total whenever the read ended before its limit (a power of two above the page end)', async () => {

@@ -1,5 +1,6 @@
-// GetShipments' items are written as JSON by the database (shipments/queries.ts itemSql) and go
-// into the answer as they are. They must be, byte for byte, what the response serializer wrote from
+// GetShipments' items and GetLockers' / GetAvailableLockers' lockers are written as JSON by the
+// database (shipments/queries.ts itemSql, pickup-points/queries.ts lockerItemSql) and go into the
+// answer as they are. They must be, byte for byte, what the response serializer wrote from
 // the mapped object before: the schema's keys in its order, absent optional keys left out, every
 // string quoted as JSON.stringify quotes it. Both engines: the quoting of every code point, then
 // pages of shipments holding awkward values, compared with an item built here from the stored row.
@@ -150,5 +151,38 @@ describeEngines('shipments: items written by the database', (engine) => {
     expect(items[5].toAddress).toEqual({});
     expect(items[7]).not.toHaveProperty('toAddress');
     expect(items[1].bookedPupUid).toBeNull();
+  });
+
+  it("GetLockers and GetAvailableLockers: every locker byte for byte as the serializer wrote it, fractions and awkward names included", async () => {
+    const k = t.ctx.db.kysely;
+    const lockers = await k.selectFrom('lockers').select(['uid', 'name']).where('pup_uid', '=', PUP_A1).orderBy('name').execute();
+    expect(lockers.length).toBeGreaterThan(4);
+    const [a, b, c, d] = lockers.map((l) => l.uid);
+    await k.updateTable('lockers').set({ name: `zz ${AWKWARD}` }).where('uid', '=', a!).execute();
+    await k.updateTable('lockers').set({ width: 40.5, height: 1.1 + 2.2 }).where('uid', '=', b!).execute();
+    await k.updateTable('lockers').set({ length: 2 ** 53 + 2 }).where('uid', '=', c!).execute();
+    await k.updateTable('lockers').set({ width: 1 }).where('uid', '=', d!).execute();
+    const expected = async (uids: string[]) => {
+      const rows = await k.selectFrom('lockers').select(['uid', 'pup_uid', 'name', 'width', 'height', 'length']).where('uid', 'in', uids).execute();
+      const byUid = new Map(rows.map((r) => [r.uid, r]));
+      return uids.map((uid) => {
+        const r = byUid.get(uid)!;
+        return { pupUid: r.pup_uid, lockerUid: r.uid, name: r.name, dimension: { width: Number(r.width), height: Number(r.height), length: Number(r.length) } };
+      });
+    };
+    for (const path of ['GetLockers', 'GetAvailableLockers']) {
+      const res = await t.app.inject({ method: 'POST', url: `/v1/PickupPoints/${path}`, payload: JSON.stringify({ pageNo: 1, pageSize: 50, pupUid: PUP_A1 }), headers: { 'content-type': 'application/json', authorization: `Bearer ${await t.token()}` } });
+      expect(res.statusCode).toBe(200);
+      const items = JSON.parse(res.body).items as { lockerUid: string; name: string; dimension: { width: number; height: number } }[];
+      expect(items.length).toBeGreaterThan(0);
+      expect(res.body).toContain(`"items":${JSON.stringify(await expected(items.map((i) => i.lockerUid)))}`);
+      if (path === 'GetLockers') {
+        const byUid = new Map(items.map((i) => [i.lockerUid, i]));
+        expect(byUid.get(a!)!.name).toBe(`zz ${AWKWARD}`);
+        expect(byUid.get(b!)!.dimension).toMatchObject({ width: 40.5, height: 3.3000000000000003 });
+        expect(res.body).toContain('"height":3.3000000000000003');
+        expect(byUid.get(d!)!.dimension.width).toBe(1);
+      }
+    }
   });
 });

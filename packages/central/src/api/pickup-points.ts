@@ -106,7 +106,8 @@ export async function pickupPointRoutes(app: FastifyInstance, ctx: AppContext): 
       response: paged(Locker),
       handler: async (b, req) => {
         const page = await q.listLockers(req.tenant.uid, b);
-        return { items: page.items, ...pageInfo(b.pageNo, b.pageSize, page.totalItems) };
+        // items are objects or their JSON written by the database (JsonText, pickup-points/queries.ts)
+        return { items: page.items as z.input<typeof Locker>[], ...pageInfo(b.pageNo, b.pageSize, page.totalItems) };
       },
     },
     env,
@@ -122,7 +123,8 @@ export async function pickupPointRoutes(app: FastifyInstance, ctx: AppContext): 
       response: paged(Locker),
       handler: async (b, req) => {
         const page = await q.listAvailableLockers(req.tenant.uid, b);
-        return { items: page.items, ...pageInfo(b.pageNo, b.pageSize, page.totalItems) };
+        // items are objects or their JSON written by the database (JsonText, pickup-points/queries.ts)
+        return { items: page.items as z.input<typeof Locker>[], ...pageInfo(b.pageNo, b.pageSize, page.totalItems) };
       },
     },
     env,

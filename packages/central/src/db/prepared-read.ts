@@ -101,15 +101,16 @@ function withLimit(text: string, limit: number): string {
  * read), all rows fetched in one call (stepping row by row from JavaScript cost a locker page
  * 42-70 us against 31-52 us), the page cut out of them. A page reaching beyond MAX_LITERAL_LIMIT
  * rows is stepped to its end instead. Only for reads whose rows are sorted (ORDER BY; the text
- * must take a LIMIT appended). `raw`: rows as arrays (see preparedRawReader).
+ * must take a LIMIT appended). `raw` true: rows as arrays (see preparedRawReader); 'pluck': each
+ * row its one column's value.
  */
-export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw = false): Promise<{ rows: R[]; total?: number }> {
+export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false): Promise<{ rows: R[]; total?: number }> {
   const sqlite = db.sqlite!;
   if (sqlite.inTransaction) {
     // through Kysely (it waits for the transaction), with LIMIT and OFFSET: the text's rows may be
     // many (a tenant's accounts); a page that is not full and not empty past the first tells the total
     let rows = (await db.kysely.executeQuery<R>(CompiledQuery.raw(`${text} limit ? offset ?`, [...params, size, offset]))).rows;
-    if (raw) rows = rows.map((r) => Object.values(r as object) as R);
+    if (raw) rows = rows.map((r) => (raw === 'pluck' ? Object.values(r as object)[0] : Object.values(r as object)) as R);
     return rows.length < size && (rows.length > 0 || offset === 0) ? { rows, total: offset + rows.length } : { rows };
   }
   const end = offset + size;
@@ -117,13 +118,13 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
     // the smallest power of two above the page's end: a read ending exactly there still tells its total
     let limit = 8;
     while (limit <= end) limit *= 2;
-    const all = (raw ? rawStatement(sqlite, withLimit(text, limit)) : sqliteStatement(sqlite, withLimit(text, limit))).all(params as unknown[]) as R[];
+    const all = (raw ? rawStatement(sqlite, withLimit(text, limit), raw === 'pluck') : sqliteStatement(sqlite, withLimit(text, limit))).all(params as unknown[]) as R[];
     const rows = offset === 0 && all.length <= size ? all : all.slice(offset, end);
     return all.length < limit ? { rows, total: all.length } : { rows };
   }
   const rows: R[] = [];
   let n = 0;
-  for (const r of (raw ? rawStatement(sqlite, text) : sqliteStatement(sqlite, text)).iterate(params as unknown[]) as IterableIterator<R>) {
+  for (const r of (raw ? rawStatement(sqlite, text, raw === 'pluck') : sqliteStatement(sqlite, text)).iterate(params as unknown[]) as IterableIterator<R>) {
     if (n++ < offset) continue;
     rows.push(r);
     if (rows.length === size) return { rows }; // leaving the loop resets the statement

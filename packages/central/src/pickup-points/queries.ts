@@ -3,7 +3,9 @@
 // The same fixed SQL texts on SQLite and PostgreSQL, prepared once (db/prepared-read.ts).
 import type { LockersTable, PupsTable } from '../db/schema';
 import type { Db } from '../db/database';
+import { jsonArraySql, jsonQuoteSql, wholeNumberSql, type Engine } from '../db/json-sql';
 import { preparedRawReader, preparedReader, sqlitePage, type ReadAll, type ReadRaw } from '../db/prepared-read';
+import { JsonText } from '../http/serializer';
 import { ApiError } from '../errors';
 import { fromBool } from '../db/database';
 import { containsPattern } from '../db/like';
@@ -104,9 +106,29 @@ const PUP_COLUMNS = 'p.uid, p.name, p.time_zone, p.loc_street_name, p.loc_mailbo
 const LOCKER_COLUMNS = 'uid, pup_uid, name, width, height, length';
 /** the condition "the tenant manages this PUP" on a lockers row; parameters: tenant uid, PUP uid */
 const MANAGED = 'exists (select 1 from tenant_pups tp inner join pups p on p.uid = tp.pup_uid where tp.tenant_uid = ? and tp.pup_uid = ?)';
+/**
+ * A locker of a page written as its JSON by the database, exactly as the response serializer writes
+ * the Locker schema (its keys in its order), and put into the answer as it is (JsonText): one
+ * string per row from the database, no row array, object or serializer walk. Only when the name is
+ * there and every dimension is a whole number of at least 1 (written alike everywhere); any other
+ * row comes as the JSON array of LOCKER_COLUMNS and is mapped in JavaScript, as every row was (a
+ * fraction in JavaScript's number format, a dimension below 1 refused by the schema as before).
+ */
+// SQLite's JSON writes a real with 15 significant digits (3.3000000000000003 as 3.3): the
+// dimensions go into the array as texts with 17, which every double reads back from exactly
+const EXACT_LOCKER_COLUMNS = "uid, pup_uid, name, printf('%!.17g', width), printf('%!.17g', height), printf('%!.17g', length)";
+function lockerItemSql(engine: Engine): string {
+  const [w, h, l] = ['width', 'height', 'length'].map((c) => wholeNumberSql(engine, c));
+  const q = (v: string) => jsonQuoteSql(engine, v);
+  return (
+    `case when name is not null and ${w!.is} and ${h!.is} and ${l!.is} then ` +
+    `format('{"pupUid":%s,"lockerUid":%s,"name":%s,"dimension":{"width":%s,"height":%s,"length":%s}}', ${q('pup_uid')}, ${q('uid')}, ${q('name')}, ${w!.digits}, ${h!.digits}, ${l!.digits}) ` +
+    `else ${jsonArraySql(engine, engine === 'sqlite' ? EXACT_LOCKER_COLUMNS : LOCKER_COLUMNS)} end`
+  );
+}
 const lockerTexts = (where: string) => ({
-  sorted: `select ${LOCKER_COLUMNS} from lockers where ${where} and ${MANAGED} order by name, uid`,
-  page: `select ${LOCKER_COLUMNS} from lockers where ${where} and ${MANAGED} order by name, uid limit ? offset ?`,
+  sorted: `select ${lockerItemSql('sqlite')} from lockers where ${where} and ${MANAGED} order by name, uid`,
+  page: `select ${lockerItemSql('postgres')} from lockers where ${where} and ${MANAGED} order by name, uid limit ? offset ?`,
   count: `select count(*) as n from lockers where ${where}`,
 });
 const LOCKER_TEXTS = { all: lockerTexts('pup_uid = ?'), free: lockerTexts('pup_uid = ? and booked_shipment_uid is null and active = 1') };
@@ -204,33 +226,37 @@ export class PickupPointQueries {
    * statement (one round trip on PostgreSQL): lockers belong to an existing PUP, so rows found
    * mean the PUP is managed; only an empty page asks assertManaged (InvalidPupUid, or truly none).
    */
-  private async pageOfLockers(tenantUid: string, pupUid: string, onlyFree: boolean, pageNo: number, pageSize: number): Promise<Page<LockerItem>> {
+  private async pageOfLockers(tenantUid: string, pupUid: string, onlyFree: boolean, pageNo: number, pageSize: number): Promise<Page<LockerItem | JsonText>> {
     const texts = onlyFree ? LOCKER_TEXTS.free : LOCKER_TEXTS.all;
     const offset = (pageNo - 1) * pageSize;
-    let rows: unknown[][];
+    let rows: string[];
     let known: number | undefined;
-    // SQLite: the sorted read with a literal LIMIT (sqlitePage: a LIMIT parameter costs SQLite
-    // more), which also knows the total when the PUP's lockers end before that limit
-    if (this.db.engine === 'sqlite') ({ rows, total: known } = await sqlitePage<unknown[]>(this.db, texts.sorted, [pupUid, tenantUid, pupUid], offset, pageSize, true));
-    else rows = await this.readRaw(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset]);
+    // SQLite: the sorted read with a literal LIMIT (sqlitePage), which also knows the total when
+    // the PUP's lockers end before that limit; each row its one text (lockerItemSql)
+    if (this.db.engine === 'sqlite') ({ rows, total: known } = await sqlitePage<string>(this.db, texts.sorted, [pupUid, tenantUid, pupUid], offset, pageSize, 'pluck'));
+    else rows = (await this.readRaw(texts.page, [pupUid, tenantUid, pupUid, pageSize, offset])).map((r) => r[0] as string);
     if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
     const total = known ?? (await pageTotal(offset, pageSize, rows.length, async () => Number((await this.read<{ n: number }>(texts.count, [pupUid]))[0]!.n)));
-    // LOCKER_COLUMNS: uid, pup_uid, name, width, height, length
-    const items: LockerItem[] = new Array(rows.length);
+    const items = new Array<LockerItem | JsonText>(rows.length);
     for (let i = 0; i < rows.length; i++) {
-      const l = rows[i]!;
-      items[i] = { pupUid: l[1] as string, lockerUid: l[0] as string, name: l[2] as string, dimension: { width: Number(l[3]), height: Number(l[4]), length: Number(l[5]) } };
+      const text = rows[i]!;
+      if (text.charCodeAt(0) === 123 /* { */) items[i] = new JsonText(text);
+      else {
+        // LOCKER_COLUMNS: uid, pup_uid, name, width, height, length
+        const l = JSON.parse(text) as unknown[];
+        items[i] = { pupUid: l[1] as string, lockerUid: l[0] as string, name: l[2] as string, dimension: { width: Number(l[3]), height: Number(l[4]), length: Number(l[5]) } };
+      }
     }
     return { items, totalItems: total };
   }
 
   /** All lockers of a managed PUP (in and out of service), by name. */
-  async listLockers(tenantUid: string, q: { pupUid: string; pageNo: number; pageSize: number }): Promise<Page<LockerItem>> {
+  async listLockers(tenantUid: string, q: { pupUid: string; pageNo: number; pageSize: number }): Promise<Page<LockerItem | JsonText>> {
     return this.pageOfLockers(tenantUid, q.pupUid, false, q.pageNo, q.pageSize);
   }
 
   /** Lockers that can be booked now: in service and holding no shipment. */
-  async listAvailableLockers(tenantUid: string, q: { pupUid: string; pageNo: number; pageSize: number }): Promise<Page<LockerItem>> {
+  async listAvailableLockers(tenantUid: string, q: { pupUid: string; pageNo: number; pageSize: number }): Promise<Page<LockerItem | JsonText>> {
     return this.pageOfLockers(tenantUid, q.pupUid, true, q.pageNo, q.pageSize);
   }
 

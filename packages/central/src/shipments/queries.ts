@@ -4,6 +4,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import type { Kysely } from 'kysely';
 import { sqliteStatement } from './sqlq';
 import type { Db } from '../db/database';
+import { jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
 import { registerPreparedStatement } from '../db/pg-prepared';
 import { rawStatement, SQLITE_LIMIT_OFFSET } from '../db/prepared-read';
 import { JsonText } from '../http/serializer';
@@ -133,23 +134,20 @@ const ORDER: Record<SortBy, string> = {
 /**
  * Each item of the page written as its JSON by the database, exactly as the response serializer
  * writes toItem's object (the ShipmentItem schema's keys in its order, absent optional keys left
- * out, strings quoted as JSON.stringify quotes them: SQLite's json_quote and PostgreSQL's to_json
- * escape the same characters the same way, checked for every code point in
- * shipments-item-json.test.ts). The item goes into the answer as it is (JsonText): no JSON.parse,
+ * out, strings quoted as JSON.stringify quotes them: db/json-sql.ts). The item goes into the answer as it is (JsonText): no JSON.parse,
  * no object, no serializer walk per row (GetShipments on SQLite: 338-344 us of CPU per request
  * before, 284-306 us after). A row with a stored address (our own writes store none) comes as its
  * JSON array instead, mapped by toItem as before: addresses are parsed leniently (parseAddress).
  */
-function itemSql(engine: 'sqlite' | 'postgres'): string {
-  const q = engine === 'sqlite' ? (v: string) => `json_quote(${v})` : (v: string) => `coalesce(to_json(${v})::text, 'null')`;
+function itemSql(engine: Engine): string {
+  const q = (v: string) => jsonQuoteSql(engine, v);
   const apiTime = (c: string) => q(engine === 'sqlite' ? `CASE WHEN substr(${c}, -1) = 'Z' THEN substr(${c}, 1, length(${c}) - 1) ELSE ${c} END` : `CASE WHEN right(${c}, 1) = 'Z' THEN left(${c}, -1) ELSE ${c} END`);
   const optional = (key: string, v: string) => `CASE WHEN ${v} IS NULL THEN '' ELSE ',"${key}":' || ${q(v)} END`;
   const user = (side: 'from' | 'to', alias: string) =>
     `CASE WHEN coalesce(s.${side}_user_uid, '') = '' THEN '' ELSE ${optional(`${side}UserName`, `${alias}.user_name`)} || ',"${side}UserUid":' || ${q(`s.${side}_user_uid`)} END`;
   const booked = (v: string) => q(`CASE WHEN s.active <> 0 THEN ${v} END`);
-  const asArray = engine === 'sqlite' ? 'json_array' : 'json_build_array';
   return (
-    `CASE WHEN coalesce(s.from_address, '') <> '' OR coalesce(s.to_address, '') <> '' THEN ${asArray}(${PAGE_COLS.replace(/ AS \w+/g, '')})${engine === 'postgres' ? '::text' : ''} ELSE ` +
+    `CASE WHEN coalesce(s.from_address, '') <> '' OR coalesce(s.to_address, '') <> '' THEN ${jsonArraySql(engine, PAGE_COLS.replace(/ AS \w+/g, ''))} ELSE ` +
     `format('{"shipmentUid":%s,"dateCreated":%s,"typeCode":%s,"stateStart":%s,"stateCode":%s%s%s%s%s%s,"swapsShipmentUid":%s,"bookedPupName":%s,"bookedPupUid":%s,"bookedLockerName":%s}', ` +
     [
       q('s.uid'),

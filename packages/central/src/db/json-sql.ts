@@ -1,0 +1,26 @@
+// JSON written by the database, for answers whose items go out as they are (http/serializer.ts
+// JsonText): the same expressions on both engines. SQLite's json_quote and PostgreSQL's to_json
+// quote a string exactly as JSON.stringify does (checked for every code point in
+// test/shipments-item-json.test.ts); NULL is written `null`.
+
+export type Engine = 'sqlite' | 'postgres';
+
+/** the JSON text of a string (or NULL) expression */
+export function jsonQuoteSql(engine: Engine, expr: string): string {
+  return engine === 'sqlite' ? `json_quote(${expr})` : `coalesce(to_json(${expr})::text, 'null')`;
+}
+
+/** the JSON array text of the columns (a row kept for mapping in JavaScript) */
+export function jsonArraySql(engine: Engine, columns: string): string {
+  return engine === 'sqlite' ? `json_array(${columns})` : `json_build_array(${columns})::text`;
+}
+
+/**
+ * The condition that a number column holds a whole number of at least 1 within the safe
+ * integers, and its digits: such a number is written alike by both engines and by JavaScript.
+ */
+export function wholeNumberSql(engine: Engine, column: string): { is: string; digits: string } {
+  const int = engine === 'sqlite' ? `CAST(${column} AS INTEGER)` : `${column}::bigint`;
+  const whole = engine === 'sqlite' ? int : `trunc(${column})`;
+  return { is: `${column} >= 1 AND ${column} < 9007199254740992 AND ${column} = ${whole}`, digits: int };
+}
