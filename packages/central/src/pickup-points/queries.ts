@@ -7,7 +7,6 @@ import { jsonArraySql, jsonQuoteSql, wholeNumberSql, type Engine } from '../db/j
 import { preparedRawReader, preparedReader, sqlitePage, type ReadAll, type ReadRaw } from '../db/prepared-read';
 import { JsonText } from '../http/serializer';
 import { ApiError } from '../errors';
-import { fromBool } from '../db/database';
 import { containsPattern } from '../db/like';
 
 export interface ApiAddress {
@@ -132,7 +131,14 @@ const lockerTexts = (where: string) => ({
   count: `select count(*) as n from lockers where ${where}`,
 });
 const LOCKER_TEXTS = { all: lockerTexts('pup_uid = ?'), free: lockerTexts('pup_uid = ? and booked_shipment_uid is null and active = 1') };
-const ACTIVE_LOCKERS = `select size_code, type_code, width, height, length, booked_shipment_uid, active from lockers where pup_uid = ? and ${MANAGED}`;
+/**
+ * The PUP's lockers grouped by kind, with how many of each are in service and how many of those are
+ * free: a few rows instead of one per locker (the answers aggregate them anyway). A kind whose
+ * lockers are all out of service still comes (n = 0): rows found mean the PUP is managed.
+ */
+const LOCKER_GROUPS = `select size_code, type_code, width, height, length, sum(case when active <> 0 then 1 else 0 end) as n, sum(case when active <> 0 and booked_shipment_uid is null then 1 else 0 end) as free from lockers where pup_uid = ? and ${MANAGED} group by size_code, type_code, width, height, length`;
+
+type LockerGroup = Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length'> & { n: number; free: number };
 
 type PupRow = Pick<PupsTable, 'uid' | 'name' | 'time_zone' | 'loc_street_name' | 'loc_mailbox' | 'loc_city' | 'loc_country_iso2' | 'delivery_address' | 'parking_address' | 'external_reference'>;
 
@@ -260,15 +266,18 @@ export class PickupPointQueries {
     return this.pageOfLockers(tenantUid, q.pupUid, true, q.pageNo, q.pageSize);
   }
 
-  /** The lockers in service of a PUP the tenant manages (InvalidPupUid otherwise); as pageOfLockers, one statement when there are any. */
-  private async activeLockers(tenantUid: string, pupUid: string): Promise<Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid'>[]> {
-    const rows = await this.readRaw(ACTIVE_LOCKERS, [pupUid, tenantUid, pupUid]);
+  /**
+   * The kinds of lockers in service of a PUP the tenant manages (InvalidPupUid otherwise), each with
+   * how many are in service and free; as pageOfLockers, one statement when the PUP has lockers.
+   */
+  private async lockerGroups(tenantUid: string, pupUid: string): Promise<LockerGroup[]> {
+    const rows = await this.readRaw(LOCKER_GROUPS, [pupUid, tenantUid, pupUid]);
     if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
-    // ACTIVE_LOCKERS: size_code, type_code, width, height, length, booked_shipment_uid, active
-    const out: Pick<LockersTable, 'size_code' | 'type_code' | 'width' | 'height' | 'length' | 'booked_shipment_uid'>[] = [];
+    // LOCKER_GROUPS: size_code, type_code, width, height, length, n, free
+    const out: LockerGroup[] = [];
     for (const r of rows) {
-      if (!fromBool(r[6] as LockersTable['active'])) continue;
-      out.push({ size_code: r[0] as string | null, type_code: r[1] as string, width: Number(r[2]), height: Number(r[3]), length: Number(r[4]), booked_shipment_uid: r[5] as string | null });
+      const n = Number(r[5]);
+      if (n > 0) out.push({ size_code: r[0] as string | null, type_code: r[1] as string, width: Number(r[2]), height: Number(r[3]), length: Number(r[4]), n, free: Number(r[6]) });
     }
     return out;
   }
@@ -278,29 +287,30 @@ export class PickupPointQueries {
    * occupied = booked, total = free + occupied. Sizes are ordered by volume, then name.
    */
   async availability(tenantUid: string, pupUid: string): Promise<AvailabilityItem> {
-    const lockers = await this.activeLockers(tenantUid, pupUid);
+    const groups = await this.lockerGroups(tenantUid, pupUid);
     const bySize = new Map<string, SizeAvailability & { volume: number }>();
     let free = 0;
-    for (const l of lockers) {
-      const name = sizeName(l);
+    let total = 0;
+    for (const g of groups) {
+      const name = sizeName(g);
       const s = bySize.get(name) ?? { name, freeLockers: 0, occupiedLockers: 0, totalLockers: 0, volume: Number.POSITIVE_INFINITY };
-      const isFree = l.booked_shipment_uid == null;
-      if (isFree) s.freeLockers++;
-      else s.occupiedLockers++;
-      s.totalLockers++;
-      s.volume = Math.min(s.volume, l.width * l.height * l.length);
+      s.freeLockers += g.free;
+      s.occupiedLockers += g.n - g.free;
+      s.totalLockers += g.n;
+      s.volume = Math.min(s.volume, g.width * g.height * g.length);
       bySize.set(name, s);
-      if (isFree) free++;
+      free += g.free;
+      total += g.n;
     }
     const sizes = [...bySize.values()].sort((a, b) => a.volume - b.volume || a.name.localeCompare(b.name)).map(({ volume: _v, ...s }) => s);
-    return { pupUid, freeLockers: free, occupiedLockers: lockers.length - free, totalLockers: lockers.length, availabilityBySize: sizes };
+    return { pupUid, freeLockers: free, occupiedLockers: total - free, totalLockers: total, availabilityBySize: sizes };
   }
 
   /** Distinct (sizeCode, typeCode, dimension) of the PUP's lockers in service, by volume. */
   async lockerKinds(tenantUid: string, pupUid: string): Promise<LockerKindItem[]> {
-    const lockers = await this.activeLockers(tenantUid, pupUid);
+    const groups = await this.lockerGroups(tenantUid, pupUid);
     const kinds = new Map<string, LockerKindItem>();
-    for (const l of lockers) {
+    for (const l of groups) {
       const k: LockerKindItem = { sizeCode: sizeName(l), typeCode: l.type_code, dimension: dimension(l) };
       kinds.set(JSON.stringify([k.sizeCode, k.typeCode, k.dimension.width, k.dimension.height, k.dimension.length]), k);
     }
