@@ -105,6 +105,9 @@ const PUP_COLUMNS = 'p.uid, p.name, p.time_zone, p.loc_street_name, p.loc_mailbo
 const LOCKER_COLUMNS = 'uid, pup_uid, name, width, height, length';
 /** the condition "the tenant manages this PUP" on a lockers row; parameters: tenant uid, PUP uid */
 const MANAGED = 'exists (select 1 from tenant_pups tp inner join pups p on p.uid = tp.pup_uid where tp.tenant_uid = ? and tp.pup_uid = ?)';
+// SQLite's JSON writes a real with 15 significant digits (3.3000000000000003 as 3.3): the
+// dimensions go into the array as texts with 17, which every double reads back from exactly
+const EXACT_LOCKER_COLUMNS = "uid, pup_uid, name, printf('%!.17g', width), printf('%!.17g', height), printf('%!.17g', length)";
 /**
  * A locker of a page written as its JSON by the database, exactly as the response serializer writes
  * the Locker schema (its keys in its order), and put into the answer as it is (JsonText): one
@@ -113,9 +116,6 @@ const MANAGED = 'exists (select 1 from tenant_pups tp inner join pups p on p.uid
  * row comes as the JSON array of LOCKER_COLUMNS and is mapped in JavaScript, as every row was (a
  * fraction in JavaScript's number format, a dimension below 1 refused by the schema as before).
  */
-// SQLite's JSON writes a real with 15 significant digits (3.3000000000000003 as 3.3): the
-// dimensions go into the array as texts with 17, which every double reads back from exactly
-const EXACT_LOCKER_COLUMNS = "uid, pup_uid, name, printf('%!.17g', width), printf('%!.17g', height), printf('%!.17g', length)";
 function lockerItemSql(engine: Engine): string {
   const [w, h, l] = ['width', 'height', 'length'].map((c) => wholeNumberSql(engine, c));
   const q = (v: string) => jsonQuoteSql(engine, v);
