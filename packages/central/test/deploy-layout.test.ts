@@ -167,13 +167,25 @@ e2e(`deploy/local-layout.ts end to end (this machine's PostgreSQL, a private Mos
   const pup = site.pickupPoints[0];
 
   beforeAll(async () => {
-    const u = new URL(pg!);
-    u.pathname = `/locker_layout_${crypto.randomBytes(5).toString('hex')}`;
-    databaseUrl = u.toString();
-    workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'local-layout-'));
-    fs.chmodSync(workDir, 0o755);
-    layout = await runLayout({ databaseUrl, workDir, httpPorts: { 'central-1': await freePort(), 'central-2': await freePort() }, readyTimeoutMs: 90_000 });
-  }, 180_000);
+    // The ports are picked free here and bound later by the child processes; in between, another
+    // test file's socket may take one (a CI run failed once: the instance exited on EADDRINUSE).
+    // Such a start is thrown away whole (its database and folder) and made again with new ports.
+    for (let attempt = 1; ; attempt++) {
+      const u = new URL(pg!);
+      u.pathname = `/locker_layout_${crypto.randomBytes(5).toString('hex')}`;
+      databaseUrl = u.toString();
+      workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'local-layout-'));
+      fs.chmodSync(workDir, 0o755);
+      try {
+        layout = await runLayout({ databaseUrl, workDir, httpPorts: { 'central-1': await freePort(), 'central-2': await freePort() }, readyTimeoutMs: 90_000 });
+        return;
+      } catch (e) {
+        if (attempt >= 3 || !/EADDRINUSE|Address already in use/.test((e as Error).message)) throw e;
+        await dropDatabase(databaseUrl).catch(() => undefined);
+        fs.rmSync(workDir, { recursive: true, force: true });
+      }
+    }
+  }, 300_000);
 
   afterAll(async () => {
     await layout?.stop();
