@@ -159,16 +159,16 @@ try {
   // pid printed here, with NODE_OPTIONS=--perf-basic-prof): on-CPU time including the kernel's
   const perf = Boolean(process.env.BENCH_PROFILE_PERF);
   if (perf) console.log(`pid ${process.pid}: load for ${seconds} s`);
-  const session = new inspector.Session();
-  if (!perf) {
+  const session = perf ? undefined : new inspector.Session();
+  if (session) {
     session.connect();
     await session.post('Profiler.enable');
     await session.post('Profiler.setSamplingInterval', { interval: 100 });
     await session.post('Profiler.start');
   }
   const r = await load({ url, connections: target.connections, duration: seconds, headers: target.headers, requests: target.requests });
-  const profile = perf ? undefined : ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile;
-  if (!perf) session.disconnect();
+  const profile = session ? ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile : undefined;
+  session?.disconnect();
   console.log(`${engine} ${what}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);
   if (sqlTimes.size) {
     const answered = r.ok + r.non2xx;

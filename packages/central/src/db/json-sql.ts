@@ -3,7 +3,18 @@
 // quote a string exactly as JSON.stringify does (checked for every code point in
 // test/shipments-item-json.test.ts); NULL is written `null`.
 
+import { JsonText } from '../http/serializer';
+
 export type Engine = 'sqlite' | 'postgres';
+
+/**
+ * A row's one text as an item: the item's JSON written by the database (it starts with `{`) goes
+ * out as it is; a row the database could not write exactly comes as its JSON array (`[`), which
+ * `map` turns into the item as before.
+ */
+export function itemOrRow<T>(text: string, map: (row: unknown[]) => T): T | JsonText {
+  return text.charCodeAt(0) === 123 /* { */ ? new JsonText(text) : map(JSON.parse(text) as unknown[]);
+}
 
 /** the JSON text of a string (or NULL) expression */
 export function jsonQuoteSql(engine: Engine, expr: string): string {

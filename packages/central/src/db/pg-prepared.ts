@@ -106,8 +106,8 @@ class BeginThenQuery extends BaseQuery {
  * Each pooled client: a registered text goes by its name (`named`); and a transaction's BEGIN
  * (BEGIN_WITH_FIRST_STATEMENT, from LockerPostgresDriver) is held back and written with the
  * transaction's first statement (BeginThenQuery), which saves a round trip per transaction (a
- * booking is then three: BEGIN with the locker taken, the shipment's rows, COMMIT). A transaction that sends no
- * statement commits or rolls back without a word to the server. A first statement without values
+ * booking is then three: BEGIN with the locker taken, the shipment's rows, COMMIT). A transaction
+ * that sends no statement commits or rolls back without a word to the server. A first statement without values
  * (a SAVEPOINT, a multi-statement text) or a named one not yet parsed on this connection goes
  * after a BEGIN of its own, as before.
  */

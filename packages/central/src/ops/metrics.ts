@@ -9,7 +9,8 @@
 //   per-request histogram is only observed when metrics.enabled (app.ts).
 // - state gauges, and totals kept elsewhere (registerScrapeMetric), are read fresh from their
 //   source (the database, the pool) on every scrape, through the AppContext of the service whose
-//   endpoint is scraped; nothing is kept between scrapes. A gauge whose read fails is left out of that scrape (logged), the rest is served.
+//   endpoint is scraped; nothing is kept between scrapes. A gauge whose read fails is left out of
+//   that scrape (logged), the rest is served.
 //
 // No personal data in labels: routes are templates, never raw URLs; reasons are error codes; ids
 // are pick up point uids and terminal ids.

@@ -3,9 +3,9 @@
 // The same fixed SQL texts on SQLite and PostgreSQL, prepared once (db/prepared-read.ts).
 import type { LockersTable, PupsTable } from '../db/schema';
 import type { Db } from '../db/database';
-import { jsonArraySql, jsonQuoteSql, wholeNumberSql, type Engine } from '../db/json-sql';
+import { itemOrRow, jsonArraySql, jsonQuoteSql, wholeNumberSql, type Engine } from '../db/json-sql';
 import { preparedRawReader, preparedReader, sqlitePage, type ReadAll, type ReadRaw } from '../db/prepared-read';
-import { JsonText } from '../http/serializer';
+import type { JsonText } from '../http/serializer';
 import { ApiError } from '../errors';
 import { containsPattern } from '../db/like';
 
@@ -111,16 +111,19 @@ const EXACT_LOCKER_COLUMNS = "uid, pup_uid, name, printf('%!.17g', width), print
 /**
  * A locker of a page written as its JSON by the database, exactly as the response serializer writes
  * the Locker schema (its keys in its order), and put into the answer as it is (JsonText): one
- * string per row from the database, no row array, object or serializer walk. Only when the name is
- * there and every dimension is a whole number of at least 1 (written alike everywhere); any other
+ * string per row from the database, no row array, object or serializer walk. Only when every
+ * dimension is a whole number of at least 1 (written alike everywhere); any other
  * row comes as the JSON array of LOCKER_COLUMNS and is mapped in JavaScript, as every row was (a
  * fraction in JavaScript's number format, a dimension below 1 refused by the schema as before).
  */
+/** a LOCKER_COLUMNS row (uid, pup_uid, name, width, height, length) as the answer's item */
+const lockerItem = (l: unknown[]): LockerItem => ({ pupUid: l[1] as string, lockerUid: l[0] as string, name: l[2] as string, dimension: { width: Number(l[3]), height: Number(l[4]), length: Number(l[5]) } });
+
 function lockerItemSql(engine: Engine): string {
   const [w, h, l] = ['width', 'height', 'length'].map((c) => wholeNumberSql(engine, c));
   const q = (v: string) => jsonQuoteSql(engine, v);
   return (
-    `case when name is not null and ${w!.is} and ${h!.is} and ${l!.is} then ` +
+    `case when ${w!.is} and ${h!.is} and ${l!.is} then ` +
     `format('{"pupUid":%s,"lockerUid":%s,"name":%s,"dimension":{"width":%s,"height":%s,"length":%s}}', ${q('pup_uid')}, ${q('uid')}, ${q('name')}, ${w!.digits}, ${h!.digits}, ${l!.digits}) ` +
     `else ${jsonArraySql(engine, engine === 'sqlite' ? EXACT_LOCKER_COLUMNS : LOCKER_COLUMNS)} end`
   );
@@ -244,15 +247,7 @@ export class PickupPointQueries {
     if (rows.length === 0) await this.assertManaged(tenantUid, pupUid);
     const total = known ?? (await pageTotal(offset, pageSize, rows.length, async () => Number((await this.read<{ n: number }>(texts.count, [pupUid]))[0]!.n)));
     const items = new Array<LockerItem | JsonText>(rows.length);
-    for (let i = 0; i < rows.length; i++) {
-      const text = rows[i]!;
-      if (text.charCodeAt(0) === 123 /* { */) items[i] = new JsonText(text);
-      else {
-        // LOCKER_COLUMNS: uid, pup_uid, name, width, height, length
-        const l = JSON.parse(text) as unknown[];
-        items[i] = { pupUid: l[1] as string, lockerUid: l[0] as string, name: l[2] as string, dimension: { width: Number(l[3]), height: Number(l[4]), length: Number(l[5]) } };
-      }
-    }
+    for (let i = 0; i < rows.length; i++) items[i] = itemOrRow(rows[i]!, lockerItem);
     return { items, totalItems: total };
   }
 

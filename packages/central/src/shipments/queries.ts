@@ -4,10 +4,10 @@ import type BetterSqlite3 from 'better-sqlite3';
 import type { Kysely } from 'kysely';
 import { sqliteStatement } from './sqlq';
 import type { Db } from '../db/database';
-import { jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
+import { itemOrRow, jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
 import { registerPreparedStatement } from '../db/pg-prepared';
 import { rawStatement, SQLITE_LIMIT_OFFSET } from '../db/prepared-read';
-import { JsonText } from '../http/serializer';
+import type { JsonText } from '../http/serializer';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
 import type { TypeCode } from './types';
@@ -299,10 +299,8 @@ function toItem(r: PageRow): ShipmentListItem {
   };
 }
 
-/** a page row's text: the item's JSON (`{`), or the row's JSON array (`[`, a row with an address) to map */
-function pageItem(text: string): ShipmentListItem | JsonText {
-  return text.charCodeAt(0) === 123 ? new JsonText(text) : toItem(JSON.parse(text) as PageRow);
-}
+/** a row with a stored address, as its JSON array (itemSql), mapped */
+const rowItem = (r: unknown[]): ShipmentListItem => toItem(r as PageRow);
 
 export interface ShipmentListItem {
   shipmentUid: string;
@@ -357,7 +355,7 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
       totals.store(key, snap, totalItems);
     }
     const items = new Array<ShipmentListItem | JsonText>(rows.length);
-    for (let i = 0; i < rows.length; i++) items[i] = pageItem(rows[i]![2]);
+    for (let i = 0; i < rows.length; i++) items[i] = itemOrRow(rows[i]![2], rowItem);
     return { totalItems, items };
   }
   const sqlite = db.sqlite!;
@@ -374,7 +372,7 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
   params.push(f.pageSize, offset);
   const rows = rawStatement(sqlite, q.page, true).all(params) as string[];
   const items = new Array<ShipmentListItem | JsonText>(rows.length);
-  for (let i = 0; i < rows.length; i++) items[i] = pageItem(rows[i]!);
+  for (let i = 0; i < rows.length; i++) items[i] = itemOrRow(rows[i]!, rowItem);
   return { totalItems, items };
 }
 
