@@ -148,3 +148,70 @@ describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', ()
     expect(await roundTrips(() => db.kysely.transaction().execute(async () => 'nothing'))).toBe(0);
   });
 });
+
+describe.skipIf(!url)('Db.pgRead as a PooledRead: a registered statement described once, then read without Describe', () => {
+  let db: Db;
+  let descriptions = 0;
+  // every type the reads return, nulls among them, as pg's Query reads them
+  const SHAPES = `SELECT g AS n, 'pup ' || g AS name, NULL::text AS none, g::bigint * 3000000000 AS big, (g * 1.5)::numeric AS num, g % 2 = 0 AS even,
+    '{"a":[1,"x"]}'::jsonb AS doc, timestamp '2026-11-28 10:00:00.123' + g * interval '1 day' AS at, ARRAY['a', 'b'] AS arr
+    FROM generate_series(1, $1::int) g /* ${schema} shapes */`;
+  registerPreparedStatement(SHAPES);
+  beforeAll(async () => {
+    db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
+    const client = await db.pool!.connect();
+    (client as unknown as { connection: { on(e: string, f: () => void): void } }).connection.on('rowDescription', () => descriptions++);
+    client.release();
+  });
+  afterAll(async () => db?.close());
+
+  it('answers the same rows and values as a pg Query, as objects and as arrays, with one RowDescription for all the reads', async () => {
+    const before = descriptions;
+    const objects = [await db.pgRead!(SHAPES, [3]), await db.pgRead!(SHAPES, [3]), await db.pgRead!(SHAPES, [0])];
+    const arrays = [await db.pgRead!(SHAPES, [3], true), await db.pgRead!(SHAPES, [2], true)];
+    expect(descriptions - before).toBe(1);
+    const viaQuery = (await db.pool!.query({ text: SHAPES, values: [3] })).rows;
+    const viaQueryArrays = (await db.pool!.query({ text: SHAPES, values: [2], rowMode: 'array' })).rows;
+    expect(viaQuery).toHaveLength(3);
+    expect(objects[0]).toEqual(viaQuery);
+    expect(objects[1]).toEqual(viaQuery);
+    expect(objects[2]).toEqual([]);
+    expect(arrays[0]).toEqual(viaQuery.map((r) => Object.values(r)));
+    expect(arrays[1]).toEqual(viaQueryArrays);
+    expect(objects[0]![1]).toEqual({ n: 2, name: 'pup 2', none: null, big: 6000000000, num: 3, even: true, doc: { a: [1, 'x'] }, at: viaQuery[1].at, arr: ['a', 'b'] });
+    expect(viaQuery[1].at).toBeInstanceOf(Date);
+  });
+
+  it('a statement the server refuses: its error (code) once, and the connection reads on', async () => {
+    const err = (await db.pgRead!(SHAPES, ['not a number']).catch((e: unknown) => e)) as { code?: string };
+    expect(err.code).toBe('22P02');
+    expect(await db.pgRead!(SHAPES, [1], true)).toEqual([[1, 'pup 1', null, 3000000000, 1.5, false, { a: [1, 'x'] }, expect.any(Date), ['a', 'b']]]);
+  });
+
+  it('a value pg cannot send (a cyclic object): refused before the server runs anything, and the connection reads on', async () => {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    await expect(db.pgRead!(SHAPES, [cyclic])).rejects.toThrow();
+    expect(await db.pgRead!(SHAPES, [2], true)).toHaveLength(2);
+  });
+
+  it('the connection killed under the pool: the read fails with the loss, the next one reads on a new connection', async () => {
+    const pid = (await db.pool!.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
+    const killer = new pg.Client({ connectionString: url! });
+    await killer.connect();
+    try {
+      await killer.query('SELECT pg_terminate_backend($1)', [pid]);
+    } finally {
+      await killer.end();
+    }
+    // the pool may notice the loss while idle (then the read gets a new connection) or on the read
+    const first = await db.pgRead!(SHAPES, [1]).then(
+      (rows) => ({ rows }),
+      (e: Error) => ({ error: e.message }),
+    );
+    if ('error' in first) expect(first.error).toMatch(/terminat|Connection/i);
+    else expect(first.rows).toHaveLength(1);
+    expect(await db.pgRead!(SHAPES, [2])).toHaveLength(2);
+    expect((await db.pool!.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p).not.toBe(pid);
+  });
+});
