@@ -229,6 +229,17 @@ const ACCOUNT_FOR_READ = Object.fromEntries(
 
 /** GetAccounts: the page's rows by their uids (one array parameter) */
 const PAGE_ROWS_PG = `select ${FIELD_COLUMNS}, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid = any(?::text[])`;
+/** GetAccounts' tenant right, part 1 (params: the tenant's uid twice): see getAccounts */
+const NOT_OTHERS_MAIN = '(a.uid not in (select mt.main_account_uid from tenants as mt where mt.uid <> ?) or a.uid in (select mt2.main_account_uid from tenants as mt2 where mt2.uid = ?))';
+/** part 2 (param: the tenant's uid): linked to a PUP of the tenant */
+const LINKED_TO_TENANT = 'exists (select ap.account_uid from account_pups as ap inner join tenant_pups as tp on tp.pup_uid = ap.pup_uid where ap.account_uid = a.uid and tp.tenant_uid = ?)';
+/**
+ * SQLite: the first page of GetAccounts' plain listing (no filter), its rows in one statement; the
+ * tenant's right as in getAccounts' `where` (params: the tenant's uid three times).
+ */
+const PLAIN_LISTING_SQLITE =
+  `select ${FIELD_COLUMNS}, p.name as pup_name from accounts as a indexed by accounts_search left join pups as p on p.uid = a.main_pup_uid ` +
+  `where ${NOT_OTHERS_MAIN} and ${LINKED_TO_TENANT} order by a.user_name_key asc, a.uid asc`;
 const PAGE_ROWS_SQLITE = `select ${FIELD_COLUMNS}, p.name as pup_name from accounts as a left join pups as p on p.uid = a.main_pup_uid where a.uid in (select value from json_each(?))`;
 
 /** a search criterion as given, trimmed ('' when absent) */
@@ -453,9 +464,9 @@ export class AccountService {
     // another tenant, unless it is the caller's main account too. The two tenant lists are read once
     // per query (SQLite: a set and a bloom filter; PostgreSQL: hashed subplans), not once per row
     // (tenants has no index on main_account_uid). main_account_uid is NOT NULL, so NOT IN is exact.
-    where.push('(a.uid not in (select mt.main_account_uid from tenants as mt where mt.uid <> ?) or a.uid in (select mt2.main_account_uid from tenants as mt2 where mt2.uid = ?))');
+    where.push(NOT_OTHERS_MAIN);
     // linked to any PUP of the tenant: a join with tenant_pups, not an IN list of all its PUPs
-    where.push('exists (select ap.account_uid from account_pups as ap inner join tenant_pups as tp on tp.pup_uid = ap.pup_uid where ap.account_uid = a.uid and tp.tenant_uid = ?)');
+    where.push(LINKED_TO_TENANT);
     const named = params.length === 0;
     params.push(tenant.uid, tenant.uid, tenant.uid);
     const from = `from accounts as a where ${where.join(' and ')}`;
@@ -488,15 +499,27 @@ export class AccountService {
         total = await this.countOf(countText, params, named);
         uids = [];
       }
+    } else if (offset === 0 && named) {
+      // SQLite, the first page of the plain listing (no filter): one statement for the page's
+      // rows, walking accounts_search in the answer's order (INDEXED BY: the planner would
+      // otherwise take the user-name index and read every table row to decide the tenant's
+      // right; on accounts_search that is decided on the index, and a row's table entry and PUP
+      // are read only for a match). sqlitePage writes the LIMIT into the text (a power of two
+      // above the page: the read tells the total when it ends before it); a page that is not
+      // full holds every match, so the count is needed only after a full one. Against the page's
+      // uids first and their rows by a second statement (below): docs/benchmarks.md.
+      const page = await sqlitePage<AccountFieldsRow & { pup_name: string | null }>(this.ctx.db, PLAIN_LISTING_SQLITE, params, 0, b.pageSize);
+      fetchedRows = page.rows;
+      uids = page.rows.map((r) => r.uid);
+      total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named));
     } else if (offset === 0) {
-      // SQLite, the first page: the page's uids first, walking the narrow covering index
-      // accounts_search in the answer's order; a page that is not full holds every match, so the
-      // count is needed only after a full one.
-      // sqlitePage writes the LIMIT into the text: on the plain listing 10-15 us against 67-95 us
-      // for the same statement with `limit ? offset ?` (same plan), and the read tells the total
-      // when it ends before its limit (a power of two above the page). Not for later pages: the
-      // rows before the page would be read and dropped in JavaScript, which costs more than
-      // SQLite's OFFSET on a tenant with many accounts.
+      // SQLite, the first page of a search: the page's uids first, walking the narrow covering
+      // index accounts_search in the answer's order (or the index the planner prefers for the
+      // filters given, e.g. a mail code's); the rows of the page by a second statement. A page
+      // that is not full holds every match, so the count is needed only after a full one.
+      // sqlitePage writes the LIMIT into the text (see there). Not for later pages: the rows
+      // before the page would be read and dropped in JavaScript, which costs more than SQLite's
+      // OFFSET on a tenant with many accounts.
       const page = await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize);
       uids = page.rows.map((r) => r.uid);
       total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named));
