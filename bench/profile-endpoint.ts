@@ -166,10 +166,17 @@ try {
     await session.post('Profiler.setSamplingInterval', { interval: 100 });
     await session.post('Profiler.start');
   }
+  // BENCH_PROFILE_RUNS=n (with BENCH_PROFILE_PERF=1): n loads one after another, each printed, to
+  // compare old and new code by CPU per request (the first includes the warm-up)
+  const runs = perf ? Math.max(1, Number(process.env.BENCH_PROFILE_RUNS ?? 1)) : 1;
+  for (let i = 1; i < runs; i++) {
+    const w = await load({ url, connections: target.connections, duration: seconds, headers: target.headers, requests: target.requests });
+    console.log(`${engine} ${what} run ${i}: ${Math.round(w.rps)} req/s, ${w.cpuUsPerReq.toFixed(1)} us CPU per request (non-2xx ${w.non2xx}, p99 ${w.p99} ms)`);
+  }
   const r = await load({ url, connections: target.connections, duration: seconds, headers: target.headers, requests: target.requests });
   const profile = session ? ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile : undefined;
   session?.disconnect();
-  console.log(`${engine} ${what}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);
+  console.log(`${engine} ${what}${runs > 1 ? ` run ${runs}` : ''}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(perf ? 1 : 0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);
   if (sqlTimes.size) {
     const answered = r.ok + r.non2xx;
     console.log('\nstatements per request, us per call   SQL');
