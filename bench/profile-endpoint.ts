@@ -190,7 +190,9 @@ try {
   await bareApp?.close();
   await svc.stop();
   fs.rmSync(dir, { recursive: true, force: true });
-  if (pgSchema) {
+  // BENCH_PROFILE_KEEP_SCHEMA=1: the PostgreSQL schema stays, for EXPLAIN by hand (search_path=<schema>)
+  if (pgSchema && process.env.BENCH_PROFILE_KEEP_SCHEMA) console.log(`schema ${pgSchema} kept`);
+  else if (pgSchema) {
     await dropPgSchema(PG_URL, pgSchema);
   }
 }
