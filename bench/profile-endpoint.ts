@@ -26,6 +26,7 @@ import inspector from 'node:inspector/promises';
 import os from 'node:os';
 import path from 'node:path';
 import Fastify from 'fastify';
+import pg from 'pg';
 import { summariseProfile, dropPgSchema, type Profile } from './cpu-profile';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
@@ -155,6 +156,19 @@ try {
     }
   }
 
+  // BENCH_PROFILE_SQL=1 (PostgreSQL): every query sent during the load (pg's Client.query), with its calls
+  const pgQueries = new Map<string, number>();
+  if (process.env.BENCH_PROFILE_SQL && engine === 'postgres') {
+    const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
+    const orig = proto.query;
+    proto.query = function (this: unknown, ...a: unknown[]) {
+      const q = a[0] as string | { text?: string };
+      const text = typeof q === 'string' ? q : (q?.text ?? '?');
+      pgQueries.set(text, (pgQueries.get(text) ?? 0) + 1);
+      return orig.apply(this, a);
+    };
+  }
+
   // BENCH_PROFILE_PERF=1: no V8 profile, only the load (attach `perf record -g -p <pid>` to the
   // pid printed here, with NODE_OPTIONS=--perf-basic-prof): on-CPU time including the kernel's
   const perf = Boolean(process.env.BENCH_PROFILE_PERF);
@@ -177,6 +191,11 @@ try {
   const profile = session ? ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile : undefined;
   session?.disconnect();
   console.log(`${engine} ${what}${runs > 1 ? ` run ${runs}` : ''}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(perf ? 1 : 0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);
+  if (pgQueries.size) {
+    const answered = r.ok + r.non2xx;
+    console.log('\nqueries per request   SQL');
+    for (const [text, n] of [...pgQueries].sort((a, b) => b[1] - a[1]).slice(0, 15)) console.log(`${(n / answered).toFixed(2).padStart(6)}   ${text.slice(0, 150)}`);
+  }
   if (sqlTimes.size) {
     const answered = r.ok + r.non2xx;
     console.log('\nstatements per request, us per call   SQL');

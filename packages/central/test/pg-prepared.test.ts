@@ -144,6 +144,36 @@ describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', ()
     expect([first, again]).toEqual([3, 2]);
   });
 
+  it('registered statements through Kysely (an INSERT, an UPDATE, a SELECT), in a transaction and outside: described once each, with their row counts and rows', async () => {
+    const INSERT = `INSERT INTO ${table} (k, v) VALUES ($1, $2)`;
+    const UPDATE = `UPDATE ${table} SET v = $2 WHERE k >= 10 AND k <= $1`;
+    registerPreparedStatement(INSERT);
+    registerPreparedStatement(UPDATE);
+    const client = await db.pool!.connect();
+    const described = { rows: 0, none: 0 };
+    const conn = (client as unknown as { connection: { on(e: string, f: () => void): void; removeAllListeners(e: string): void } }).connection;
+    conn.on('rowDescription', () => described.rows++);
+    conn.on('noData', () => described.none++);
+    client.release();
+    try {
+      const counts: (bigint | undefined)[] = [];
+      for (const k of [10, 11, 12]) {
+        counts.push((await db.kysely.executeQuery(CompiledQuery.raw(INSERT, [k, `v${k}`]))).numAffectedRows);
+        await db.kysely.transaction().execute(async (trx) => {
+          counts.push((await trx.executeQuery(CompiledQuery.raw(UPDATE, [k, `u${k}`]))).numAffectedRows);
+          expect((await trx.executeQuery<{ n: number }>(CompiledQuery.raw(HOT, [k]))).rows).toEqual([{ n: k + 1 }]);
+        });
+      }
+      expect(counts).toEqual([1n, 1n, 1n, 2n, 1n, 3n]);
+      expect((await db.pool!.query(`SELECT k, v FROM ${table} WHERE k >= 10 ORDER BY k`)).rows).toEqual([{ k: 10, v: 'u12' }, { k: 11, v: 'u12' }, { k: 12, v: 'u12' }]);
+      // HOT was described by an earlier test on this connection (or here, once); INSERT and UPDATE once each
+      expect(described.none).toBe(2);
+      expect(described.rows).toBeLessThanOrEqual(1);
+    } finally {
+      conn.removeAllListeners('noData');
+    }
+  });
+
   it('a transaction that sends no statement costs no round trip', async () => {
     expect(await roundTrips(() => db.kysely.transaction().execute(async () => 'nothing'))).toBe(0);
   });

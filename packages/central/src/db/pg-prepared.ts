@@ -18,15 +18,15 @@ export function registerPreparedStatement(text: string): void {
 /**
  * Db.pgRead: the rows of one statement straight from the pool (pool.query), a registered text by
  * its name when `named` (database.pgPreparedStatements), as arrays with `array`. Sent as a
- * PooledRead rather than a pg Query.
+ * PgStatement rather than a pg Query.
  */
 export function pooledReader(pool: pg.Pool, named: boolean): <R>(text: string, values: readonly unknown[], array?: boolean) => Promise<R[]> {
   // pool.query with a query object and a callback: the pool takes a client, hands it the object
   // and releases the client when the callback is called
-  const query = pool.query.bind(pool) as unknown as (q: PooledRead, values: undefined, cb: (err: Error | null, rows?: unknown[]) => void) => void;
+  const query = pool.query.bind(pool) as unknown as (q: PgStatement, values: undefined, cb: (err: Error | null, rows?: unknown) => void) => void;
   return <R>(text: string, values: readonly unknown[], array = false): Promise<R[]> =>
     new Promise<R[]>((resolve, reject) => {
-      query(new PooledRead(text, values, named ? names.get(text) : undefined, array), undefined, (err, rows) => (err ? reject(err) : resolve(rows as R[])));
+      query(new PgStatement(text, values, named ? names.get(text) : undefined, array ? 'array' : 'object'), undefined, (err, rows) => (err ? reject(err) : resolve(rows as R[])));
     });
 }
 
@@ -36,8 +36,12 @@ interface RowShape {
   names: string[];
   parsers: Parser[];
 }
+/** the shape of a statement that returns no rows (the server answered its Describe with NoData) */
+const NO_ROWS: RowShape = { names: [], parsers: [] };
 const rowShapes = new Map<string, RowShape>();
 const prepareValue = (pg as unknown as { utils: { prepareValue: (v: unknown, seen?: unknown) => unknown } }).utils.prepareValue;
+/** a CommandComplete tag: command, then (INSERT) an oid and the rows, or the rows (as pg reads it) */
+const COMMAND_TAG = /^([A-Za-z]+)(?: (\d+))?(?: (\d+))?/;
 
 /** what the client hands a query object of the messages the server sent (pg's Submittable interface) */
 interface RowMessage {
@@ -55,26 +59,42 @@ interface SubmitConnection extends PgConnection {
 }
 
 /**
- * One read as pg's client runs a query object (the Submittable interface pg-cursor uses): Parse
- * (unless the named statement is parsed on this connection), Bind, Execute, Sync, in one write.
- * A registered text's row shape (column names and type parsers) is learnt from the first answer's
- * RowDescription and kept, so later reads of it send no Describe: the server describes nothing and
- * the client builds no field parsers per call (pg's Query describes the portal on every call; its
- * RowDescription handling was 12 of 338 us of a PostgreSQL GetPickUpPoints in a perf profile). A
- * prepared statement's result shape cannot change under it: the server refuses with "cached plan
- * must not change result type" instead. Values go as pg sends them (utils.prepareValue, text format).
+ * How a PgStatement answers: its rows as arrays or as objects (Db.pgRead), or as pg answers a
+ * query, `{ command, rowCount, rows }` with object rows (what Kysely's PostgreSQL driver reads).
  */
-export class PooledRead {
-  callback?: (err: Error | null, rows?: unknown[]) => void;
+type AnswerMode = 'array' | 'object' | 'result';
+
+/**
+ * One statement as pg's client runs a query object (the Submittable interface pg-cursor uses):
+ * Parse (unless the named statement is parsed on this connection), Bind, Execute, Sync, in one
+ * write; with `begin`, a BEGIN through the extended protocol first (Parse, Bind, Execute, no Sync),
+ * whose CommandComplete is passed over (see patch). A registered text's row shape (column names and
+ * type parsers, or none) is learnt from the first answer's description and kept, so later runs of
+ * it send no Describe: the server describes nothing and the client builds no field parsers per
+ * call. pg's Query describes the portal on every call; its RowDescription handling was 12 of 338 us
+ * of a PostgreSQL GetPickUpPoints in a perf profile, and an in-process read of 12 columns cost
+ * 49-74 us of Node CPU with it against 36-46 us. A prepared statement's result shape cannot change
+ * under it (the server refuses with "cached plan must not change result type"). Values go as pg
+ * sends them (utils.prepareValue, text format); rows are parsed with pg's type parsers.
+ */
+export class PgStatement {
+  callback?: (err: Error | null, answer?: unknown) => void;
   private shape: RowShape | undefined;
+  private described = false;
   private readonly rows: unknown[] = [];
   private failed = false;
+  private beginDone: boolean;
+  private command: string | null = null;
+  private rowCount: number | null = null;
   constructor(
     readonly text: string,
     private readonly values: readonly unknown[],
     readonly name: string | undefined,
-    private readonly array: boolean,
-  ) {}
+    private readonly mode: AnswerMode,
+    begin = false,
+  ) {
+    this.beginDone = !begin;
+  }
 
   submit(connection: SubmitConnection): null {
     const name = this.name;
@@ -82,6 +102,11 @@ export class PooledRead {
     this.shape = name === undefined ? undefined : rowShapes.get(this.text);
     connection.stream.cork?.();
     try {
+      if (!this.beginDone) {
+        connection.parse({ text: 'BEGIN' });
+        connection.bind({});
+        connection.execute({});
+      }
       if (!parsed) {
         connection.parse({ text: this.text, ...(name ? { name } : {}) });
         if (name) connection.submittedNamedStatements[name] = this.text;
@@ -90,12 +115,16 @@ export class PooledRead {
         connection.bind({ statement: name, values: this.values as unknown[], valueMapper: prepareValue } as Parameters<PgConnection['bind']>[0]);
       } catch (err) {
         // a value pg cannot send: close what was parsed and end the exchange, as pg's Query does
+        // (a BEGIN written before it ran; the caller's ROLLBACK follows, as after a failed statement)
         connection.close({ type: 'S', name });
         connection.sync();
         this.handleError(err as Error);
         return null;
       }
-      if (!this.shape) connection.describe({ type: 'P', name: '' });
+      if (!this.shape) {
+        connection.describe({ type: 'P', name: '' });
+        this.described = true;
+      }
       connection.execute({});
       connection.sync();
     } finally {
@@ -105,15 +134,13 @@ export class PooledRead {
   }
 
   handleRowDescription(msg: DescriptionMessage): void {
-    const shape: RowShape = { names: msg.fields.map((f) => f.name), parsers: msg.fields.map((f) => pg.types.getTypeParser(f.dataTypeID, (f.format ?? 'text') as 'text') as Parser) };
-    this.shape = shape;
-    if (this.name) rowShapes.set(this.text, shape);
+    this.shape = { names: msg.fields.map((f) => f.name), parsers: msg.fields.map((f) => pg.types.getTypeParser(f.dataTypeID, (f.format ?? 'text') as 'text') as Parser) };
   }
 
   handleDataRow(msg: RowMessage): void {
     const { parsers, names } = this.shape!;
     const f = msg.fields;
-    if (this.array) {
+    if (this.mode === 'array') {
       const row = new Array<unknown>(f.length);
       for (let i = 0; i < f.length; i++) row[i] = f[i] === null ? null : parsers[i]!(f[i]!);
       this.rows.push(row);
@@ -124,15 +151,25 @@ export class PooledRead {
     }
   }
 
-  handleCommandComplete(): void {}
+  handleCommandComplete(msg: { text?: string }): void {
+    if (!this.beginDone) {
+      this.beginDone = true; // BEGIN's
+      return;
+    }
+    const m = COMMAND_TAG.exec(msg.text ?? '');
+    if (m) {
+      this.command = m[1]!;
+      this.rowCount = m[3] ? Number(m[3]) : m[2] ? Number(m[2]) : null;
+    }
+  }
   handleEmptyQuery(): void {}
   handlePortalSuspended(): void {}
   handleCopyInResponse(connection: { sendCopyFail(m: string): void }): void {
-    connection.sendCopyFail('a read takes no COPY data');
+    connection.sendCopyFail('a statement of ours takes no COPY data');
   }
   handleCopyData(): void {}
 
-  /** an error message from the server, or the connection lost: the read ends with it (once) */
+  /** an error message from the server, or the connection lost: the statement ends with it (once) */
   handleError(err: Error): void {
     if (this.failed) return;
     this.failed = true;
@@ -140,7 +177,10 @@ export class PooledRead {
   }
 
   handleReadyForQuery(): void {
-    if (!this.failed) this.callback?.(null, this.rows);
+    if (this.failed) return;
+    // described and answered: a registered text's shape is known from now on (no rows: NoData)
+    if (this.described && this.name !== undefined) rowShapes.set(this.text, this.shape ?? NO_ROWS);
+    this.callback?.(null, this.mode === 'result' ? { command: this.command, rowCount: this.rowCount, rows: this.rows, fields: [] } : this.rows);
   }
 }
 
@@ -187,54 +227,28 @@ interface PgConnection {
   parsedStatements: Record<string, string>;
 }
 
-type QueryCallback = (err: Error | null, res?: unknown) => void;
-interface PgQuery {
-  prepare(connection: PgConnection): void;
-  handleCommandComplete(msg: unknown, connection: PgConnection): void;
-}
-const BaseQuery = (pg as unknown as { Query: new (config: { text: string; values: unknown[]; name?: string }, values: undefined, cb: QueryCallback) => PgQuery }).Query;
-
 /**
- * A transaction's BEGIN written together with its first statement, in one write and one round
- * trip: BEGIN through the extended protocol (Parse, Bind, Execute) without a Sync, then the
- * statement as pg writes it (ending with the Sync). The server answers BEGIN's CommandComplete
- * first (swallowed here), then the statement's rows and ReadyForQuery as for the statement alone.
- * An error in either ends the query with that error; the server skips to the Sync, and the
- * caller's ROLLBACK follows as it would after a failed statement.
- */
-class BeginThenQuery extends BaseQuery {
-  private begun = false;
-  override prepare(connection: PgConnection): void {
-    connection.parse({ text: 'BEGIN' });
-    connection.bind({});
-    connection.execute({});
-    super.prepare(connection);
-  }
-  override handleCommandComplete(msg: unknown, connection: PgConnection): void {
-    if (!this.begun) {
-      this.begun = true; // BEGIN's
-      return;
-    }
-    super.handleCommandComplete(msg, connection);
-  }
-}
-
-/**
- * Each pooled client: a registered text goes by its name (`named`); and a transaction's BEGIN
- * (BEGIN_WITH_FIRST_STATEMENT, from LockerPostgresDriver) is held back and written with the
- * transaction's first statement (BeginThenQuery), which saves a round trip per transaction (a
- * booking is then three: BEGIN with the locker taken, the shipment's rows, COMMIT). A transaction
- * that sends no statement commits or rolls back without a word to the server. A first statement without values
- * (a SAVEPOINT, a multi-statement text) or a named one not yet parsed on this connection goes
- * after a BEGIN of its own, as before.
+ * Each pooled client: a registered text goes by its name (`named`), as a PgStatement (no Describe
+ * once its shape is known); and a transaction's BEGIN (BEGIN_WITH_FIRST_STATEMENT, from
+ * LockerPostgresDriver) is held back and written with the transaction's first statement (a
+ * PgStatement with `begin`), which saves a round trip per transaction (a booking is then three:
+ * BEGIN with the locker taken, the shipment's rows, COMMIT). A transaction that sends no statement
+ * commits or rolls back without a word to the server. A first statement without values (a
+ * SAVEPOINT, a multi-statement text) or a named one not yet parsed on this connection goes after
+ * a BEGIN of its own, as before.
  */
 function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
   const c = client as pg.PoolClient & { [PATCHED]?: true; [BEGIN_PENDING]?: boolean; connection?: PgConnection };
   if (c[PATCHED]) return client;
   const query = client.query.bind(client) as (...a: unknown[]) => Promise<unknown>;
+  /** a PgStatement on this client, answered as pg answers a query (Kysely reads command, rowCount and rows) */
+  const statement = (text: string, values: unknown[], name: string | undefined, begin: boolean) =>
+    new Promise((resolve, reject) => {
+      void query(new PgStatement(text, values, name, 'result', begin), undefined, (err: Error | null, res: unknown) => (err ? reject(err) : resolve(res)));
+    });
   const send = (text: unknown, values?: unknown, cb?: unknown): unknown => {
     const name = named && typeof text === 'string' ? names.get(text) : undefined;
-    if (name && Array.isArray(values) && cb === undefined) return query({ name, text, values });
+    if (name && Array.isArray(values) && cb === undefined) return statement(text as string, values, name, false);
     return cb === undefined ? (values === undefined ? query(text) : query(text, values)) : query(text, values, cb);
   };
   (c as { query: unknown }).query = (text: unknown, values?: unknown, cb?: unknown) => {
@@ -252,11 +266,7 @@ function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
     c[BEGIN_PENDING] = false;
     const name = named && typeof text === 'string' ? names.get(text) : undefined;
     const parsed = name === undefined || c.connection?.parsedStatements[name] === text;
-    if (typeof text === 'string' && Array.isArray(values) && values.length > 0 && cb === undefined && parsed) {
-      return new Promise((resolve, reject) => {
-        void query(new BeginThenQuery({ text, values, ...(name ? { name } : {}) }, undefined, (err, res) => (err ? reject(err) : resolve(res))));
-      });
-    }
+    if (typeof text === 'string' && Array.isArray(values) && values.length > 0 && cb === undefined && parsed) return statement(text, values, name, true);
     return query(BEGIN_WITH_FIRST_STATEMENT).then(() => send(text, values, cb));
   };
   c[PATCHED] = true;
