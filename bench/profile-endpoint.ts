@@ -191,6 +191,16 @@ try {
   const profile = session ? ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile : undefined;
   session?.disconnect();
   console.log(`${engine} ${what}${runs > 1 ? ` run ${runs}` : ''}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(perf ? 1 : 0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);
+  if (r.non2xx > 0) {
+    // what a refused request was told: the requests once more, the first answer that is not 2xx
+    for (const q of target.requests) {
+      const res = await fetch(`${url}${q.path}`, { method: 'POST', headers: target.headers, body: q.body });
+      if (res.status >= 300) {
+        console.log(`a refused request: ${res.status} ${(await res.text()).slice(0, 300)}`);
+        break;
+      }
+    }
+  }
   if (pgQueries.size) {
     const answered = r.ok + r.non2xx;
     console.log('\nqueries per request   SQL');
@@ -208,8 +218,9 @@ try {
 } finally {
   await bareApp?.close();
   await svc.stop();
-  fs.rmSync(dir, { recursive: true, force: true });
-  // BENCH_PROFILE_KEEP_SCHEMA=1: the PostgreSQL schema stays, for EXPLAIN by hand (search_path=<schema>)
+  // BENCH_PROFILE_KEEP_SCHEMA=1: the store stays (SQLite: its folder; PostgreSQL: its schema), for EXPLAIN by hand
+  if (process.env.BENCH_PROFILE_KEEP_SCHEMA && !pgSchema) console.log(`store ${dir} kept`);
+  else fs.rmSync(dir, { recursive: true, force: true });
   if (pgSchema && process.env.BENCH_PROFILE_KEEP_SCHEMA) console.log(`schema ${pgSchema} kept`);
   else if (pgSchema) {
     await dropPgSchema(PG_URL, pgSchema);

@@ -225,6 +225,46 @@ describe.skipIf(!url)('Db.pgRead as a PooledRead: a registered statement describ
     expect(await db.pgRead!(SHAPES, [2], true)).toHaveLength(2);
   });
 
+  it('a shape is per connection: after a migration adds a column, a new connection reads the new shape; the old one is refused by the server, not misread', async () => {
+    const table = `${schema}.shape_t`;
+    const ALL = `SELECT * FROM ${table} ORDER BY a`;
+    registerPreparedStatement(ALL);
+    await db.pool!.query(`CREATE TABLE ${table} (a int)`);
+    await db.pool!.query(`INSERT INTO ${table} VALUES (1)`);
+    expect(await db.pgRead!(ALL, [])).toEqual([{ a: 1 }]); // described on db's one connection
+    expect(await db.pgRead!(ALL, [])).toEqual([{ a: 1 }]);
+    await db.pool!.query(`ALTER TABLE ${table} ADD COLUMN b int DEFAULT 2`);
+    // another pool (another central instance's connection): the same text, prepared after the change
+    const other = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
+    try {
+      expect(await other.pgRead!(ALL, [])).toEqual([{ a: 1, b: 2 }]);
+      expect(await other.pgRead!(ALL, [], true)).toEqual([[1, 2]]);
+    } finally {
+      await other.close();
+    }
+    // the first connection's statement was prepared for one column: the server refuses it
+    const err = (await db.pgRead!(ALL, []).catch((e: unknown) => e)) as { code?: string; message?: string };
+    expect(err.code ?? err.message).toBe('0A000');
+  });
+
+  it('an unsendable value inside a transaction (Kysely): nothing written, the transaction rolled back, the connection runs the statement next', async () => {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    await expect(db.kysely.transaction().execute((trx) => trx.executeQuery(CompiledQuery.raw(SHAPES, [cyclic])))).rejects.toThrow();
+    await expect(db.kysely.transaction().execute(async (trx) => {
+      await trx.executeQuery(CompiledQuery.raw(SHAPES, [1]));
+      return trx.executeQuery(CompiledQuery.raw(SHAPES, [cyclic]));
+    })).rejects.toThrow();
+    const rows = await db.kysely.transaction().execute(async (trx) => (await trx.executeQuery(CompiledQuery.raw(SHAPES, [2]))).rows);
+    expect(rows).toHaveLength(2);
+    const client = await db.pool!.connect();
+    try {
+      expect((client as unknown as { getTransactionStatus(): string }).getTransactionStatus()).toBe('I');
+    } finally {
+      client.release();
+    }
+  });
+
   it('the connection killed under the pool: the read fails with the loss, the next one reads on a new connection', async () => {
     const pid = (await db.pool!.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
     const killer = new pg.Client({ connectionString: url! });

@@ -31,14 +31,18 @@ export function pooledReader(pool: pg.Pool, named: boolean): <R>(text: string, v
 }
 
 type Parser = (v: string) => unknown;
-/** a registered text's row shape, from the first RowDescription the server sent for it */
+/** a registered statement's row shape on one connection, from the first description the server sent */
 interface RowShape {
   names: string[];
   parsers: Parser[];
 }
 /** the shape of a statement that returns no rows (the server answered its Describe with NoData) */
 const NO_ROWS: RowShape = { names: [], parsers: [] };
-const rowShapes = new Map<string, RowShape>();
+/**
+ * Per connection (the server's promise that a prepared statement's result shape cannot change is
+ * per connection: another connection may have parsed the same text after a migration), per text.
+ */
+const rowShapes = new WeakMap<object, Map<string, RowShape>>();
 const prepareValue = (pg as unknown as { utils: { prepareValue: (v: unknown, seen?: unknown) => unknown } }).utils.prepareValue;
 /** a CommandComplete tag: command, then (INSERT) an oid and the rows, or the rows (as pg reads it) */
 const COMMAND_TAG = /^([A-Za-z]+)(?: (\d+))?(?: (\d+))?/;
@@ -52,7 +56,6 @@ interface DescriptionMessage {
 }
 interface SubmitConnection extends PgConnection {
   describe(m: { type: 'P' | 'S'; name?: string }): void;
-  close(m: { type: 'P' | 'S'; name?: string }): void;
   sync(): void;
   submittedNamedStatements: Record<string, string>;
   stream: { cork?: () => void; uncork?: () => void };
@@ -68,18 +71,27 @@ type AnswerMode = 'array' | 'object' | 'result';
  * One statement as pg's client runs a query object (the Submittable interface pg-cursor uses):
  * Parse (unless the named statement is parsed on this connection), Bind, Execute, Sync, in one
  * write; with `begin`, a BEGIN through the extended protocol first (Parse, Bind, Execute, no Sync),
- * whose CommandComplete is passed over (see patch). A registered text's row shape (column names and
- * type parsers, or none) is learnt from the first answer's description and kept, so later runs of
- * it send no Describe: the server describes nothing and the client builds no field parsers per
- * call. pg's Query describes the portal on every call; its RowDescription handling was 12 of 338 us
- * of a PostgreSQL GetPickUpPoints in a perf profile, and an in-process read of 12 columns cost
- * 49-74 us of Node CPU with it against 36-46 us. A prepared statement's result shape cannot change
- * under it (the server refuses with "cached plan must not change result type"). Values go as pg
- * sends them (utils.prepareValue, text format); rows are parsed with pg's type parsers.
+ * whose CommandComplete is passed over (see patch). A registered statement's row shape (column
+ * names and type parsers, or none) is learnt from its first answer's description on a connection
+ * and kept for that connection, so later runs of it there send no Describe: the server describes
+ * nothing and the client builds no field parsers per call. pg's Query describes the portal on
+ * every call; its RowDescription handling was 12 of 338 us of a PostgreSQL GetPickUpPoints in a
+ * perf profile, and an in-process read of 12 columns cost 49-74 us of Node CPU with it against
+ * 36-46 us. The shape is per connection because that is what the server promises: a statement
+ * prepared on a connection cannot change its result shape there ("cached plan must not change
+ * result type"), while another connection may parse the same text after a migration added a
+ * column. A row that does not match its shape, or a value its parser refuses, ends the statement
+ * with an error at ReadyForQuery (as pg's Query does), never thrown into the socket's reader.
+ * Values go as pg sends them (utils.prepareValue, text format), prepared before anything is
+ * written; rows are parsed with pg's type parsers.
  */
 export class PgStatement {
   callback?: (err: Error | null, answer?: unknown) => void;
   private shape: RowShape | undefined;
+  /** the connection's shapes (submit) */
+  private shapes: Map<string, RowShape> | undefined;
+  /** a row that could not be read: the statement ends with this error at ReadyForQuery, as pg's Query does */
+  private rowError: Error | undefined;
   private described = false;
   private readonly rows: unknown[] = [];
   private failed = false;
@@ -96,10 +108,22 @@ export class PgStatement {
     this.beginDone = !begin;
   }
 
-  submit(connection: SubmitConnection): null {
+  submit(connection: SubmitConnection): Error | null {
     const name = this.name;
+    // the values as pg sends them (text format), before anything is written: a value that cannot
+    // be sent (a cyclic object) ends the statement with nothing on the wire (the client reports
+    // the returned error and moves on)
+    let values: unknown[];
+    try {
+      values = this.values.map((v) => prepareValue(v));
+    } catch (err) {
+      return err as Error;
+    }
     const parsed = name !== undefined && (connection.parsedStatements[name] === this.text || connection.submittedNamedStatements[name] === this.text);
-    this.shape = name === undefined ? undefined : rowShapes.get(this.text);
+    let shapes = rowShapes.get(connection);
+    if (!shapes) rowShapes.set(connection, (shapes = new Map()));
+    this.shapes = shapes;
+    this.shape = name === undefined ? undefined : shapes.get(this.text);
     connection.stream.cork?.();
     try {
       if (!this.beginDone) {
@@ -111,16 +135,7 @@ export class PgStatement {
         connection.parse({ text: this.text, ...(name ? { name } : {}) });
         if (name) connection.submittedNamedStatements[name] = this.text;
       }
-      try {
-        connection.bind({ statement: name, values: this.values as unknown[], valueMapper: prepareValue } as Parameters<PgConnection['bind']>[0]);
-      } catch (err) {
-        // a value pg cannot send: close what was parsed and end the exchange, as pg's Query does
-        // (a BEGIN written before it ran; the caller's ROLLBACK follows, as after a failed statement)
-        connection.close({ type: 'S', name });
-        connection.sync();
-        this.handleError(err as Error);
-        return null;
-      }
+      connection.bind({ statement: name, values });
       if (!this.shape) {
         connection.describe({ type: 'P', name: '' });
         this.described = true;
@@ -138,16 +153,27 @@ export class PgStatement {
   }
 
   handleDataRow(msg: RowMessage): void {
-    const { parsers, names } = this.shape!;
+    if (this.rowError) return;
     const f = msg.fields;
-    if (this.mode === 'array') {
-      const row = new Array<unknown>(f.length);
-      for (let i = 0; i < f.length; i++) row[i] = f[i] === null ? null : parsers[i]!(f[i]!);
-      this.rows.push(row);
-    } else {
-      const row: Record<string, unknown> = {};
-      for (let i = 0; i < f.length; i++) row[names[i]!] = f[i] === null ? null : parsers[i]!(f[i]!);
-      this.rows.push(row);
+    const shape = this.shape;
+    if (!shape || shape.parsers.length !== f.length) {
+      this.rowError = new Error(`${this.name ?? 'a statement'}: a row of ${f.length} columns where ${shape?.parsers.length ?? 'none'} were described`);
+      return;
+    }
+    const { parsers, names } = shape;
+    try {
+      if (this.mode === 'array') {
+        const row = new Array<unknown>(f.length);
+        for (let i = 0; i < f.length; i++) row[i] = f[i] === null ? null : parsers[i]!(f[i]!);
+        this.rows.push(row);
+      } else {
+        const row: Record<string, unknown> = {};
+        for (let i = 0; i < f.length; i++) row[names[i]!] = f[i] === null ? null : parsers[i]!(f[i]!);
+        this.rows.push(row);
+      }
+    } catch (err) {
+      // a value its type parser refuses: reported at ReadyForQuery, never thrown into the socket's reader
+      this.rowError = err as Error;
     }
   }
 
@@ -178,8 +204,13 @@ export class PgStatement {
 
   handleReadyForQuery(): void {
     if (this.failed) return;
-    // described and answered: a registered text's shape is known from now on (no rows: NoData)
-    if (this.described && this.name !== undefined) rowShapes.set(this.text, this.shape ?? NO_ROWS);
+    if (this.rowError) {
+      this.shapes?.delete(this.text); // described again next time
+      this.handleError(this.rowError);
+      return;
+    }
+    // described and answered: a registered text's shape on this connection is known from now on (no rows: NoData)
+    if (this.described && this.name !== undefined) this.shapes?.set(this.text, this.shape ?? NO_ROWS);
     this.callback?.(null, this.mode === 'result' ? { command: this.command, rowCount: this.rowCount, rows: this.rows, fields: [] } : this.rows);
   }
 }

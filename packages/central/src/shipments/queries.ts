@@ -119,7 +119,9 @@ export function pgTotalsStats(db: Db): { hits: number; counts: number } {
 // The page query of the GetShipments family as hand-written SQL, one text per filter shape (which
 // filters are present, how many states, the sort), built once and then cached: no Kysely query
 // tree is built and compiled per request. SQLite runs it as a cached prepared statement in raw
-// (array) mode; PostgreSQL as a named prepared statement, the count and the page in one round trip.
+// (array) mode; PostgreSQL as a named prepared statement: the first page without the count (its
+// total mostly known without one, see listShipments), later pages with the count in the same
+// statement (one round trip, one snapshot).
 
 const PAGE_COLS =
   's.uid, s.created_at, s.type_code, s.state_start, s.state_code, s.active, s.reference_no, s.reference_case_no, s.description, s.from_user_uid, s.to_user_uid, s.from_address, s.to_address, s.swaps_shipment_uid, s.pup_uid, fa.user_name AS from_name, ta.user_name AS to_name, p.name AS pup_name, l.name AS locker_name';
