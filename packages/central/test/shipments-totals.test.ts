@@ -62,6 +62,25 @@ describeEngines('shipments: paging totals stay exact', (engine) => {
     expect(await list(true)).toBe(a0 + 1);
   });
 
+  it('first pages of every size, on the LIMIT ladder and off it: the slice of the whole listing, the exact total, the same items as a later page', async () => {
+    for (let i = 0; i < 23; i++) await t.ctx.db.kysely.insertInto('shipments').values(await row(1)).execute();
+    const tenant = await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow();
+    const order = (await t.ctx.db.kysely.selectFrom('shipments').select('uid').where('tenant_uid', '=', tenant.uid).where('active', '=', 1).orderBy('created_at', 'desc').orderBy('uid', 'desc').execute()).map((r) => r.uid);
+    expect(order.length).toBeGreaterThanOrEqual(23);
+    const page = (pageNo: number, pageSize: number) => ok(t.post('/v1/Logistics/GetShipments', { pageNo, pageSize, activeShipments: true, sortBy: 'CreatedDesc' }));
+    for (const size of [1, 9, 10, 11, 20, 21, order.length - 1, order.length, order.length + 1, 50, 499, 500]) {
+      const p1 = await page(1, size);
+      expect(p1.totalItems, `pageSize ${size}`).toBe(order.length);
+      expect(p1.items.map((i: { shipmentUid: string }) => i.shipmentUid), `pageSize ${size}`).toEqual(order.slice(0, size));
+    }
+    // the first page's items written exactly as a later page's (another statement on PostgreSQL)
+    const first = await page(1, 10);
+    const second = await page(2, 5);
+    expect(second.totalItems).toBe(order.length);
+    expect(first.items.slice(5, 10)).toEqual(second.items);
+    expect(JSON.stringify(first.items.slice(5, 10))).toBe(JSON.stringify(second.items));
+  });
+
   it.runIf(engine === 'postgres')('PostgreSQL: a first page with fewer rows than its LIMIT tells its total by itself: neither counted nor held', async () => {
     const all = await ok(t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 500, activeShipments: true, sortBy: 'CreatedDesc' }));
     const before = pgTotalsStats(t.ctx.db);
