@@ -108,17 +108,17 @@ const MANAGED = 'exists (select 1 from tenant_pups tp inner join pups p on p.uid
 // SQLite's JSON writes a real with 15 significant digits (3.3000000000000003 as 3.3): the
 // dimensions go into the array as texts with 17, which every double reads back from exactly
 const EXACT_LOCKER_COLUMNS = "uid, pup_uid, name, printf('%!.17g', width), printf('%!.17g', height), printf('%!.17g', length)";
+/** a LOCKER_COLUMNS row (uid, pup_uid, name, width, height, length) as the answer's item */
+const lockerItem = (l: unknown[]): LockerItem => ({ pupUid: l[1] as string, lockerUid: l[0] as string, name: l[2] as string, dimension: { width: Number(l[3]), height: Number(l[4]), length: Number(l[5]) } });
+
 /**
  * A locker of a page written as its JSON by the database, exactly as the response serializer writes
  * the Locker schema (its keys in its order), and put into the answer as it is (JsonText): one
  * string per row from the database, no row array, object or serializer walk. Only when every
- * dimension is a whole number of at least 1 (written alike everywhere); any other
- * row comes as the JSON array of LOCKER_COLUMNS and is mapped in JavaScript, as every row was (a
- * fraction in JavaScript's number format, a dimension below 1 refused by the schema as before).
+ * dimension is a whole number of at least 1 (written alike everywhere); any other row comes as
+ * the JSON array of LOCKER_COLUMNS and is mapped in JavaScript, as every row was (a fraction in
+ * JavaScript's number format, a dimension below 1 refused by the schema as before).
  */
-/** a LOCKER_COLUMNS row (uid, pup_uid, name, width, height, length) as the answer's item */
-const lockerItem = (l: unknown[]): LockerItem => ({ pupUid: l[1] as string, lockerUid: l[0] as string, name: l[2] as string, dimension: { width: Number(l[3]), height: Number(l[4]), length: Number(l[5]) } });
-
 function lockerItemSql(engine: Engine): string {
   const [w, h, l] = ['width', 'height', 'length'].map((c) => wholeNumberSql(engine, c));
   const q = (v: string) => jsonQuoteSql(engine, v);

@@ -172,6 +172,9 @@ function itemSql(engine: Engine): string {
   );
 }
 
+/** itemSql per engine, written once */
+const ITEM_SQL: Record<Engine, string> = { sqlite: itemSql('sqlite'), postgres: itemSql('postgres') };
+
 interface ListSql {
   count: string;
   page: string;
@@ -199,7 +202,7 @@ function pgFirstPage(f: ShipmentFilter, q: ListSql, size: number): { text: strin
   if (limit === undefined) return undefined;
   let text = q.pgFirst.get(limit);
   if (text === undefined) {
-    text = `SELECT pg_current_snapshot()::text AS snap, ${itemSql('postgres')} AS r FROM shipments s ${PAGE_JOINS} WHERE ${q.pgWhere} ${ORDER[f.sortBy]} LIMIT ${limit}`;
+    text = `SELECT pg_current_snapshot()::text AS snap, ${ITEM_SQL.postgres} AS r FROM shipments s ${PAGE_JOINS} WHERE ${q.pgWhere} ${ORDER[f.sortBy]} LIMIT ${limit}`;
     q.pgFirst.set(limit, text);
     if (q.pgNamed) registerPreparedStatement(text);
   }
@@ -248,7 +251,7 @@ function sqlOf(f: ShipmentFilter): ListSql {
     // Each row as one text, the item's JSON (itemSql): one string per row crosses from the
     // database instead of 19 values (SQLite: about 40 % of the page query's time; PostgreSQL: the
     // driver's per-field parsing and its garbage), and goes into the answer as it is
-    const page = `SELECT ${itemSql('sqlite')} FROM shipments s ${PAGE_JOINS} WHERE ${where} ${ORDER[f.sortBy]} ${SQLITE_LIMIT_OFFSET}`;
+    const page = `SELECT ${ITEM_SQL.sqlite} FROM shipments s ${PAGE_JOINS} WHERE ${where} ${ORDER[f.sortBy]} ${SQLITE_LIMIT_OFFSET}`;
     let n = 0;
     const pgWhere = where.replace(/\?/g, () => `$${++n}`);
     const k = n;
@@ -256,7 +259,7 @@ function sqlOf(f: ShipmentFilter): ListSql {
     // and only when its value is needed) and the page. $k+3 is the statement snapshot under which
     // the caller holds this filter's total: when the statement runs under that very snapshot the
     // CASE never needs the count, so it is never run (see PgTotals).
-    const pg = `SELECT CASE WHEN pg_current_snapshot()::text = $${k + 3} THEN NULL ELSE (SELECT count(*) FROM shipments s WHERE ${pgWhere}) END AS total, pg_current_snapshot()::text AS snap, ${itemSql('postgres')} AS r FROM shipments s ${PAGE_JOINS} WHERE ${pgWhere} ${ORDER[f.sortBy]} LIMIT $${k + 1} OFFSET $${k + 2}`;
+    const pg = `SELECT CASE WHEN pg_current_snapshot()::text = $${k + 3} THEN NULL ELSE (SELECT count(*) FROM shipments s WHERE ${pgWhere}) END AS total, pg_current_snapshot()::text AS snap, ${ITEM_SQL.postgres} AS r FROM shipments s ${PAGE_JOINS} WHERE ${pgWhere} ${ORDER[f.sortBy]} LIMIT $${k + 1} OFFSET $${k + 2}`;
     const pgNamed = !f.states || f.states.length <= 2;
     q = { count: `SELECT count(*) AS n FROM shipments s WHERE ${where}`, page, pg, pgCount: `SELECT count(*) AS n, pg_current_snapshot()::text AS snap FROM shipments s WHERE ${pgWhere}`, pgFirst: new Map(), pgNamed, pgWhere };
     // bounded: every shape is a combination of a few flags, up to 13 states and 4 sorts
@@ -330,6 +333,13 @@ function toItem(r: PageRow): ShipmentListItem {
 /** a row with a stored address, as its JSON array (itemSql), mapped */
 const rowItem = (r: unknown[]): ShipmentListItem => toItem(r as PageRow);
 
+/** the first n rows' texts (itemSql) as the page's items */
+function pageItems(n: number, textAt: (i: number) => string): (ShipmentListItem | JsonText)[] {
+  const items = new Array<ShipmentListItem | JsonText>(n);
+  for (let i = 0; i < n; i++) items[i] = itemOrRow(textAt(i), rowItem);
+  return items;
+}
+
 export interface ShipmentListItem {
   shipmentUid: string;
   dateCreated: string;
@@ -381,12 +391,7 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
         totals.store(key, c[1], Number(c[0]));
         if (c[1] === rows[0]![0]) total = Number(c[0]);
       }
-      if (total !== undefined) {
-        const n = Math.min(rows.length, f.pageSize);
-        const items = new Array<ShipmentListItem | JsonText>(n);
-        for (let i = 0; i < n; i++) items[i] = itemOrRow(rows[i]![1], rowItem);
-        return { totalItems: total, items };
-      }
+      if (total !== undefined) return { totalItems: total, items: pageItems(Math.min(rows.length, f.pageSize), (i) => rows[i]![1]) };
     }
     // rows as arrays (pg's rowMode 'array'): [total, snap, r] and [n, snap]
     const rows = await db.pgRead!<[number | null, string, string]>(q.pg, [...params, f.pageSize, offset, held?.snap ?? ''], true);
@@ -410,9 +415,7 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
       totals.counts++;
       totals.store(key, snap, totalItems);
     }
-    const items = new Array<ShipmentListItem | JsonText>(rows.length);
-    for (let i = 0; i < rows.length; i++) items[i] = itemOrRow(rows[i]![2], rowItem);
-    return { totalItems, items };
+    return { totalItems, items: pageItems(rows.length, (i) => rows[i]![2]) };
   }
   const sqlite = db.sqlite!;
   let cache = totalsCaches.get(sqlite);
@@ -427,9 +430,7 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
   if (totalItems === 0 || offset >= totalItems) return { totalItems, items: [] };
   params.push(f.pageSize, offset);
   const rows = rawStatement(sqlite, q.page, true).all(params) as string[];
-  const items = new Array<ShipmentListItem | JsonText>(rows.length);
-  for (let i = 0; i < rows.length; i++) items[i] = itemOrRow(rows[i]!, rowItem);
-  return { totalItems, items };
+  return { totalItems, items: pageItems(rows.length, (i) => rows[i]!) };
 }
 
 export async function shipmentOfTenant(db: Kysely<Database>, tenantUid: string, uid: string) {
