@@ -27,8 +27,8 @@ import { openDatabase } from '../packages/central/src/db/database';
 import { applyProvisioning } from '../packages/central/src/provisioning/apply';
 import { ManualClock } from '../packages/central/src/clock';
 import { toDbTime } from '../packages/central/src/ids';
-import { provision } from './shipments.bench';
-import { bareBaseline, load, type Load } from './support';
+import { bookingLoads, provision, warmBookingLoad } from './shipments.bench';
+import { bareBaseline, type Load } from './support';
 
 const DIR = path.dirname(fileURLToPath(import.meta.url));
 const WORKER = path.join(DIR, 'booking-floor-worker.mjs');
@@ -100,12 +100,8 @@ export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: st
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   try {
-    const requests = tpl.pups.map((p) => ({
-      method: 'POST' as const,
-      path: '/v1/Logistics/CreateLocalShipment',
-      body: JSON.stringify({ ToUserUid: tpl.user, PupUid: p, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' }),
-    }));
-    const l = await load({ url, connections: CONNECTIONS, duration: DURATION_S, headers: { 'content-type': 'application/json' }, requests });
+    // warmed up as the endpoint is (shipments.bench.ts warmBookingLoad)
+    const l = await warmBookingLoad(url, bookingLoads(tpl.pups, tpl.user), { 'content-type': 'application/json' });
     const batch = booker ? `${(booker.stats.jobs / Math.max(1, booker.stats.batches)).toFixed(1)}` : 'n/a';
     return { name, load: l, batch };
   } finally {
@@ -143,7 +139,7 @@ export default async function (): Promise<{ title: string; markdown: string }> {
     ];
     const f = (n: number) => Math.round(n).toLocaleString('en');
     const lines = [
-      `${DURATION_S} s per run, ${CONNECTIONS} connections, autocannon in a separate process, 500 PUPs x 80 lockers, synchronous=FULL, group commit; load average ${load0} at start (${os.cpus().length} cores). The route has no auth, no validation and no logging; the statements are raw prepared statements (bench/booking-floor-worker.mjs).`,
+      `${DURATION_S} s per run after 1 s of warm-up (not counted, at PUPs of its own), ${CONNECTIONS} connections, autocannon in a separate process, 500 PUPs x 80 lockers, synchronous=FULL, group commit; load average ${load0} at start (${os.cpus().length} cores). The route has no auth, no validation and no logging; the statements are raw prepared statements (bench/booking-floor-worker.mjs).`,
       '',
       '| variant | req/s | ratio to bare route | p50 / p99 ms | bookings per commit | non-2xx |',
       '|---|---|---|---|---|---|',
