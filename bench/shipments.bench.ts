@@ -5,9 +5,10 @@
 //    locker), shipment row, audit row, outbox row (callbacks registered: pending), 5 access codes,
 //    one transaction per booking on PostgreSQL, group commit on SQLite (synchronous=FULL: a
 //    booking is acknowledged only after the fsync'd COMMIT that contains it).
-// 3. SQLite only: the booking's SQL floor in the same run (bench/booking-floor-worker.mjs on the
-//    event-loop thread behind a bare route, as booking-floor.bench.ts measures it), so the
-//    endpoint's distance to its own floor is a ratio of one run.
+// 3. The booking's SQL floor in the same run, so the endpoint's distance to its own floor is a
+//    ratio of one run. SQLite: bench/booking-floor-worker.mjs on the event-loop thread behind a
+//    bare route, as booking-floor.bench.ts measures it. PostgreSQL: the statements of one real
+//    booking, captured, replayed by pgbench on the same store (bench/pg-floor.ts).
 // 4. GetShipments: one page of 100 (active, newest first) out of 100,000 stored shipments of the
 //    tenant, with paging totals; and the same with `updatedSince` (active, sorted by activity,
 //    oldest first: how integrations poll).
@@ -32,6 +33,7 @@ import { SqliteGroupCommitRunner } from '../packages/central/src/shipments/tx';
 import { pgTotalsStats } from '../packages/central/src/shipments/queries';
 import type { Db } from '../packages/central/src/db/database';
 import { bareBaseline, load as loadRun, reachable, type Load, type LoadRequest } from './support';
+import { installPgRecorder, pgbenchAvailable, pgbenchScript, runPgbench, type Booking } from './pg-floor';
 
 const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DURATION_S = Number(process.env.BENCH_SHIPMENTS_SECONDS ?? 5);
@@ -70,6 +72,11 @@ async function warmLoad(url: string, requests: LoadRequest[], headers: Record<st
  * (PUPS - WARM_PUPS) x CONNECTIONS / DURATION_S bookings per second (5,760/s).
  */
 const WARM_PUPS = 50;
+/** PostgreSQL's SQL floor (pgbench) books at random among these PUPs, which the endpoint's loads never reach below 2,560 bookings/s */
+const PG_FLOOR_PUPS: [number, number] = [200, 449];
+/** pgbench's bookings per connection: 16 x 500 = 8,000 at 250 PUPs, 32 a PUP on average, far from 80 */
+const PG_FLOOR_PER_CLIENT = 500;
+const POOL = 16;
 
 export interface BookingLoads {
   /** WARM_S seconds of bookings at the warm-up PUPs, not counted */
@@ -214,6 +221,43 @@ async function floorRun(): Promise<Load> {
   }
 }
 
+/** One real booking through the API at `pupUid`, its statements captured for the PostgreSQL floor. */
+async function captureBooking(recorder: ReturnType<typeof installPgRecorder>, svc: CentralService, db: Db, pupUid: string, user: string, headers: Record<string, string>): Promise<Booking> {
+  const payload = JSON.stringify({ ToUserUid: user, PupUid: pupUid, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' });
+  let answer: { shipmentUid?: string } = {};
+  const book = async () => {
+    const res = await svc.app.inject({ method: 'POST', url: '/v1/Logistics/CreateLocalShipment', payload, headers });
+    answer = res.json();
+    if (res.statusCode !== 200) throw new Error(`booking probe failed: ${res.statusCode} ${res.body.slice(0, 200)}`);
+  };
+  // the second booking is captured: the first loads what the service then holds (the tenant's principal)
+  await book();
+  const statements = await recorder.record(book);
+  const row = await db.kysely.selectFrom('shipments').select(['uid', 'locker_uid']).where('uid', '=', answer.shipmentUid!).executeTakeFirstOrThrow();
+  const existing = await sql<{ uid: string }>`SELECT uid FROM tenants UNION ALL SELECT uid FROM accounts`.execute(db.kysely);
+  return { statements, shipmentUid: row.uid, lockerUid: row.locker_uid!, pupUid, fixed: new Set(existing.rows.map((r) => r.uid)) };
+}
+
+/** PostgreSQL's booking floor: the captured statements by pgbench, warmed up, as a Load (p50: mean latency). */
+async function pgFloorRun(db: Db, schema: string, b: Booking): Promise<Load> {
+  const script = pgbenchScript(b, PG_FLOOR_PUPS, (p) => `('bench' || lpad(${p}::text, 27, '0'))`);
+  // BENCH_PG_FLOOR_SCRIPT=file: the script kept, to replay by hand (PGOPTIONS='-c search_path=<schema>' pgbench -n -M prepared -f file)
+  if (process.env.BENCH_PG_FLOOR_SCRIPT) fs.writeFileSync(process.env.BENCH_PG_FLOOR_SCRIPT, script);
+  const rows = async () => (await sql<{ s: number; c: number; o: number; l: number }>`SELECT (SELECT COUNT(*) FROM shipments) AS s, (SELECT COUNT(*) FROM access_codes) AS c, (SELECT COUNT(*) FROM callback_outbox) AS o, (SELECT COUNT(*) FROM lockers WHERE booked_shipment_uid IS NOT NULL) AS l`.execute(db.kysely)).rows[0]!;
+  const before = await rows();
+  const warm = await runPgbench(PG_URL, schema, script, POOL, 30);
+  const r = await runPgbench(PG_URL, schema, script, POOL, PG_FLOOR_PER_CLIENT);
+  // the floor counts only if every transaction wrote what a booking writes: a locker, a shipment, its codes, its outbox row
+  const after = await rows();
+  const n = warm.transactions + r.transactions;
+  const codes = (b.statements[1]?.text.match(/\bINSERT INTO access_codes\b[^)]*\) VALUES (.*?) ON CONFLICT/)?.[1]?.match(/\(/g)?.length ?? 0);
+  const got = { s: Number(after.s) - Number(before.s), c: Number(after.c) - Number(before.c), o: Number(after.o) - Number(before.o), l: Number(after.l) - Number(before.l) };
+  // (a new PIN equal to a valid one of its PUP is skipped, as the service's first attempt skips it
+  // before it draws again: a few in thousands)
+  if (got.s !== n || got.o !== n || got.l !== n || got.c > n * codes || got.c < n * codes - Math.ceil(n / 500)) throw new Error(`the SQL floor's ${n} transactions wrote ${JSON.stringify(got)} (${codes} codes each expected)`);
+  return { rps: r.tps, ok: r.transactions, non2xx: r.failed, errors: 0, p50: r.latencyMs, p99: NaN, cpuUsPerReq: 0 };
+}
+
 async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
   let dbUrl: string;
   let pgSchema: string | undefined;
@@ -234,8 +278,10 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
   }
   const config = loadConfig({
     env: {},
-    overrides: { database: { url: dbUrl, poolSize: 16, sqliteSynchronous: 'FULL', sqliteCheckpoints: CHECKPOINTS }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 } },
+    overrides: { database: { url: dbUrl, poolSize: POOL, sqliteSynchronous: 'FULL', sqliteCheckpoints: CHECKPOINTS }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging', http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 } },
   });
+  // PostgreSQL: installed before the service connects (pg-floor.ts), to capture one booking for the SQL floor
+  const recorder = engine === 'postgres' && pgbenchAvailable() ? installPgRecorder() : undefined;
   const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
   const ctx = await svc.start();
   try {
@@ -257,6 +303,8 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const sync = engine === 'sqlite' ? (['OFF', 'NORMAL', 'FULL', 'EXTRA'][Number(ctx.db.sqlite!.pragma('synchronous', { simple: true }))] ?? '?') : 'n/a (synchronous_commit default)';
 
     const base = await baseline();
+    // PostgreSQL: one booking's statements, captured for the SQL floor (pgbench) run after the endpoint's
+    const captured = recorder ? await captureBooking(recorder!, svc, ctx.db, pups[PG_FLOOR_PUPS[0]]!, user, headers) : undefined;
     // the event loop's longest stalls while bookings run: a checkpoint inside a COMMIT stops it
     const loopDelay = monitorEventLoopDelay({ resolution: 5 });
     loopDelay.enable();
@@ -281,7 +329,8 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const stored = Number(counts.rows[0]?.stored ?? 0);
     const pendingOutbox = Number((await ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.countAll<number>().as('n')).where('status', '=', 'pending').executeTakeFirst())?.n ?? 0);
     // the floor right after the endpoint, on a fresh store provisioned the same way
-    const floor = engine === 'sqlite' ? await floorRun() : undefined;
+    const floor = engine === 'sqlite' ? await floorRun() : captured ? await pgFloorRun(ctx.db, pgSchema!, captured) : undefined;
+    const floorNote = engine === 'postgres' ? (floor ? `; SQL floor: the captured booking's statements replayed by pgbench, ${POOL} connections, ${floor.ok} bookings after ${POOL * 30} of warm-up, average latency ${floor.p50.toFixed(1)} ms` : '; SQL floor: pgbench not installed') : floor ? `; floor ${floor.ok} bookings` : '';
     const runner = shipmentService(ctx).tx.inner;
     const batching = runner instanceof SqliteGroupCommitRunner ? `, group commit: ${runner.stats.jobs} jobs in ${runner.stats.batches} transactions (mean ${(runner.stats.jobs / Math.max(1, runner.stats.batches)).toFixed(1)}, max ${runner.stats.maxBatch})` : '';
 
@@ -299,7 +348,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const ts = engine === 'postgres' ? pgTotalsStats(ctx.db) : undefined;
     // PostgreSQL: how many totals the page statement took from a held snapshot, how many it counted
     const totalsNote = ts ? `; totals: ${ts.counts} counted, ${ts.hits} held under an unchanged snapshot` : '';
-    const note = `synchronous=${sync}; ${stalls}${checkpoints ? `; ${checkpoints}` : ''}; ${book.ok} bookings acknowledged, ${stored} shipments before fill, ${booked} lockers booked, ${pendingOutbox} callbacks queued${batching}${floor ? `; floor ${floor.ok} bookings` : ''}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match; with updatedSince ${SINCE}: ${sj.totalItems.toLocaleString('en')} match)${totalsNote}`;
+    const note = `synchronous=${sync}; ${stalls}${checkpoints ? `; ${checkpoints}` : ''}; ${book.ok} bookings acknowledged, ${stored} shipments before fill, ${booked} lockers booked, ${pendingOutbox} callbacks queued${batching}${floorNote}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match; with updatedSince ${SINCE}: ${sj.totalItems.toLocaleString('en')} match)${totalsNote}`;
     return { engine, base, book, list, since, ...(floor ? { floor } : {}), doubleBooked: dbl.length, note };
   } finally {
     await svc.stop();
