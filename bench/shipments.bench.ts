@@ -74,8 +74,10 @@ async function warmLoad(url: string, requests: LoadRequest[], headers: Record<st
 const WARM_PUPS = 50;
 /** PostgreSQL's SQL floor (pgbench) books at random among these PUPs, which the endpoint's loads never reach below 2,560 bookings/s */
 const PG_FLOOR_PUPS: [number, number] = [200, 449];
-/** pgbench's bookings per connection: 16 x 500 = 8,000 at 250 PUPs, 32 a PUP on average, far from 80 */
-const PG_FLOOR_PER_CLIENT = 500;
+/** pgbench's bookings per connection: 16 x 250 = 4,000 at 250 PUPs, 16 a PUP on average, far from 80 (4-5 s on the slowest host seen) */
+const PG_FLOOR_PER_CLIENT = 250;
+/** pgbench's warm-up bookings per connection, not counted */
+const PG_FLOOR_WARM = 20;
 const POOL = 16;
 
 export interface BookingLoads {
@@ -245,7 +247,7 @@ async function pgFloorRun(db: Db, schema: string, b: Booking): Promise<Load> {
   if (process.env.BENCH_PG_FLOOR_SCRIPT) fs.writeFileSync(process.env.BENCH_PG_FLOOR_SCRIPT, script);
   const rows = async () => (await sql<{ s: number; c: number; o: number; l: number }>`SELECT (SELECT COUNT(*) FROM shipments) AS s, (SELECT COUNT(*) FROM access_codes) AS c, (SELECT COUNT(*) FROM callback_outbox) AS o, (SELECT COUNT(*) FROM lockers WHERE booked_shipment_uid IS NOT NULL) AS l`.execute(db.kysely)).rows[0]!;
   const before = await rows();
-  const warm = await runPgbench(PG_URL, schema, script, POOL, 30);
+  const warm = await runPgbench(PG_URL, schema, script, POOL, PG_FLOOR_WARM);
   const r = await runPgbench(PG_URL, schema, script, POOL, PG_FLOOR_PER_CLIENT);
   // the floor counts only if every transaction wrote what a booking writes: a locker, a shipment, its codes, its outbox row
   const after = await rows();
@@ -304,7 +306,7 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
 
     const base = await baseline();
     // PostgreSQL: one booking's statements, captured for the SQL floor (pgbench) run after the endpoint's
-    const captured = recorder ? await captureBooking(recorder!, svc, ctx.db, pups[PG_FLOOR_PUPS[0]]!, user, headers) : undefined;
+    const captured = recorder ? await captureBooking(recorder, svc, ctx.db, pups[PG_FLOOR_PUPS[0]]!, user, headers) : undefined;
     // the event loop's longest stalls while bookings run: a checkpoint inside a COMMIT stops it
     const loopDelay = monitorEventLoopDelay({ resolution: 5 });
     loopDelay.enable();
@@ -328,9 +330,10 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const booked = Number(counts.rows[0]?.booked ?? 0);
     const stored = Number(counts.rows[0]?.stored ?? 0);
     const pendingOutbox = Number((await ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.countAll<number>().as('n')).where('status', '=', 'pending').executeTakeFirst())?.n ?? 0);
-    // the floor right after the endpoint, on a fresh store provisioned the same way
+    // the floor right after the endpoint: SQLite on a fresh store provisioned the same way,
+    // PostgreSQL on this store (at PUPs the endpoint's load did not reach)
     const floor = engine === 'sqlite' ? await floorRun() : captured ? await pgFloorRun(ctx.db, pgSchema!, captured) : undefined;
-    const floorNote = engine === 'postgres' ? (floor ? `; SQL floor: the captured booking's statements replayed by pgbench, ${POOL} connections, ${floor.ok} bookings after ${POOL * 30} of warm-up, average latency ${floor.p50.toFixed(1)} ms` : '; SQL floor: pgbench not installed') : floor ? `; floor ${floor.ok} bookings` : '';
+    const floorNote = engine === 'postgres' ? (floor ? `; SQL floor: the captured booking's statements replayed by pgbench, ${POOL} connections, ${floor.ok} bookings after ${POOL * PG_FLOOR_WARM} of warm-up, average latency ${floor.p50.toFixed(1)} ms` : '; SQL floor: pgbench not installed') : floor ? `; floor ${floor.ok} bookings` : '';
     const runner = shipmentService(ctx).tx.inner;
     const batching = runner instanceof SqliteGroupCommitRunner ? `, group commit: ${runner.stats.jobs} jobs in ${runner.stats.batches} transactions (mean ${(runner.stats.jobs / Math.max(1, runner.stats.batches)).toFixed(1)}, max ${runner.stats.maxBatch})` : '';
 
