@@ -261,4 +261,27 @@ describeEngines('edge events: one batch of several terminals and journals', (eng
     const b = await db().selectFrom('edge_terminals').select(['last_seq']).where('terminal_id', '=', 'term-b1').executeTakeFirstOrThrow();
     expect(Number(b.last_seq)).toBeGreaterThanOrEqual(bSeq + 1);
   });
+
+  it('more unprocessed events than one read holds (2,000), all of them only stored: one batch applies every one, once, and acknowledges them all', async () => {
+    // the events that are only stored are marked processed together (ingest.ts advanceIn): they
+    // must be written before the terminal's events are read again, or the second read returns the
+    // first 2,000 once more and the advance stops at 2,000 (no background retry in this file)
+    const J = `j5-${crypto.randomUUID()}`;
+    const N = 2050;
+    const evs = Array.from({ length: N }, (_, i) => event('term-a1', J, i + 1, 'credentialAccepted', { sessionId: crypto.randomUUID() }));
+    const before = { ...sync.ingest.stats };
+    // seq 2 on first: a new journal takes over at its seq 1, so they wait, stored (however the
+    // ingestion splits them into batches); then seq 1, and one advance has all 2,050 to apply
+    await submit(evs.slice(1));
+    expect(sync.ingest.stats.applied - before.applied).toBe(0);
+    const unprocessed = async () => Number((await db().selectFrom('edge_events').select((eb) => eb.fn.countAll<number>().as('n')).where('journal_id', '=', J).where('processed', '=', 0).executeTakeFirstOrThrow()).n);
+    expect(await unprocessed()).toBe(N - 1);
+    await submit([evs[0]!]);
+    expect(sync.ingest.stats.applied - before.applied).toBe(N);
+    expect(await cursor('term-a1')).toMatchObject({ applied: N, journal: J, gap: null });
+    const got = await rows('term-a1', J);
+    expect(got.length).toBe(N);
+    expect(got.filter((r) => r.processed === 1 && r.outcome === 'stored' && r.attempts === 0).length).toBe(N);
+    await waitFor(() => acks(a1).at(-1)?.journalId === J && acks(a1).at(-1)?.upTo === N, 'all acknowledged');
+  });
 });
