@@ -218,29 +218,49 @@ function kyselyExec(db: Kysely<Database>): ObsExec {
   };
 }
 
+/** A locker an event is about, with its observation row as read in the same statement (null: none yet). */
+interface LockerObserved {
+  uid: string;
+  obs: ObsRow | null;
+}
+
+// the lockers with their observation rows, one statement per way of naming them (a round trip less
+// per observed event on PostgreSQL than reading the locker, then its row)
+const WITH_OBS = 'SELECT l.uid AS observed_locker, o.* FROM lockers l LEFT JOIN lock_observations o ON o.locker_uid = l.uid WHERE';
+const OBS_OF_BOARD = `${WITH_OBS} l.pup_uid = ? AND l.bus = ? AND l.board_address = ?`;
+const OBS_OF_UID = `${WITH_OBS} l.uid = ? AND l.pup_uid = ?`;
+const OBS_OF_LOCK = `${WITH_OBS} l.pup_uid = ? AND l.bus = ? AND l.board_address = ? AND l.lock_number = ?`;
+
+type ObservedRow = ObsRow & { observed_locker: string };
+const observed = (rows: ObservedRow[]): LockerObserved[] =>
+  rows.map(({ observed_locker, ...o }) => ({ uid: observed_locker, obs: o.locker_uid == null ? null : (o as ObsRow) }));
+
 /** The lockers an event is about: by its lockerUid (of the terminal's pick up point), else by bus/board/lock there. */
-async function lockersOf(exec: ObsExec, pupUid: string, type: string, f: Record<string, unknown>): Promise<string[]> {
+async function lockersOf(exec: ObsExec, pupUid: string, type: string, f: Record<string, unknown>): Promise<LockerObserved[]> {
   const bus = typeof f.bus === 'string' ? f.bus : null;
   const board = typeof f.board === 'number' ? f.board : null;
   if (BOARD_TYPES.has(type)) {
     if (bus === null || board === null) return [];
-    const rows = await exec<{ uid: string }>('SELECT uid FROM lockers WHERE pup_uid = ? AND bus = ? AND board_address = ?', [pupUid, bus, board]);
-    return rows.rows.map((r) => r.uid);
+    return observed((await exec<ObservedRow>(OBS_OF_BOARD, [pupUid, bus, board])).rows);
   }
   if (typeof f.lockerUid === 'string') {
-    const r = await exec<{ uid: string }>('SELECT uid FROM lockers WHERE uid = ? AND pup_uid = ?', [f.lockerUid, pupUid]);
-    if (r.rows[0]) return [r.rows[0].uid];
+    const r = observed((await exec<ObservedRow>(OBS_OF_UID, [f.lockerUid, pupUid])).rows);
+    if (r.length) return r;
   }
   const lock = typeof f.lock === 'number' ? f.lock : null;
   if (bus === null || board === null || lock === null) return [];
-  const r = await exec<{ uid: string }>('SELECT uid FROM lockers WHERE pup_uid = ? AND bus = ? AND board_address = ? AND lock_number = ?', [pupUid, bus, board, lock]);
-  return r.rows[0] ? [r.rows[0].uid] : [];
+  return observed((await exec<ObservedRow>(OBS_OF_LOCK, [pupUid, bus, board, lock])).rows).slice(0, 1);
 }
 
-/** Applies the event to one locker's row: a compare-and-set on the row read, so concurrent writers (several central instances) never go backwards. */
-async function applyToLocker(exec: ObsExec, lockerUid: string, pupUid: string, ev: ObservedEvent, now: string): Promise<void> {
+/**
+ * Applies the event to one locker's row: a compare-and-set on the row read, so concurrent writers
+ * (several central instances) never go backwards. The first attempt works from the row read with
+ * the locker (lockersOf); an attempt whose compare-and-set finds the row changed reads it again.
+ */
+async function applyToLocker(exec: ObsExec, locker: LockerObserved, pupUid: string, ev: ObservedEvent, now: string): Promise<void> {
+  const lockerUid = locker.uid;
   for (let attempt = 0; attempt < 10; attempt++) {
-    const cur = (await exec<ObsRow>('SELECT * FROM lock_observations WHERE locker_uid = ?', [lockerUid])).rows[0];
+    const cur = attempt === 0 ? (locker.obs ?? undefined) : (await exec<ObsRow>('SELECT * FROM lock_observations WHERE locker_uid = ?', [lockerUid])).rows[0];
     const prev = cur ? fromRow(cur) : null;
     const next = observe(prev, ev, { lockerUid, pupUid });
     if (!next) return;
