@@ -27,7 +27,7 @@ import { openDatabase } from '../packages/central/src/db/database';
 import { applyProvisioning } from '../packages/central/src/provisioning/apply';
 import { ManualClock } from '../packages/central/src/clock';
 import { toDbTime } from '../packages/central/src/ids';
-import { bookingLoads, provision, warmBookingLoad } from './shipments.bench';
+import { bookingBody, bookingLoads, provision, warmBookingLoad } from './shipments.bench';
 import { bareBaseline, type Load } from './support';
 
 const DIR = path.dirname(fileURLToPath(import.meta.url));
@@ -116,7 +116,7 @@ export default async function (): Promise<{ title: string; markdown: string }> {
   try {
     const load0 = os.loadavg()[0]!.toFixed(1);
     const tpl = await template(dir);
-    const body = JSON.stringify({ ToUserUid: tpl.user, PupUid: tpl.pups[0], Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' });
+    const body = bookingBody(tpl.user, tpl.pups[0]!);
     const base = await bareBaseline(body, { connections: CONNECTIONS, duration: DURATION_S });
     // the variants without indexes (what the data model's indexes cost) and the lower bounds of
     // other designs only with BENCH_FLOOR_ALL=1: they answer design questions measured before

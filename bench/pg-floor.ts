@@ -57,6 +57,8 @@ export interface Booking {
   shipmentUid: string;
   lockerUid: string;
   pupUid: string;
+  /** access codes the captured booking wrote (each replayed booking must write as many) */
+  codes: number;
   /** uids that exist before the booking (tenant, accounts): kept as they are */
   fixed: Set<string>;
 }

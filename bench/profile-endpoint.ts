@@ -34,7 +34,7 @@ import { createLogger } from '../packages/central/src/logger';
 import { applyProvisioning } from '../packages/central/src/provisioning/apply';
 import { toDbTime } from '../packages/central/src/ids';
 import type { AppContext } from '../packages/central/src/context';
-import { fill, provision } from './shipments.bench';
+import { bookingBody, fill, provision } from './shipments.bench';
 import { ENDPOINTS } from './api.bench';
 import { demoTenant, load, type LoadRequest } from './support';
 
@@ -70,12 +70,11 @@ async function bookingTarget(svc: CentralService, ctx: AppContext): Promise<Targ
   // callbacks registered: every booking queues a pending outbox row, as in the shipments bench
   await ctx.db.kysely.insertInto('callback_configs').values({ tenant_uid: tenant.uid, url: 'http://127.0.0.1:9/callbacks', auth_type: 'HMAC', auth_key: 'k'.repeat(64), created_at: now, updated_at: now }).execute();
   const url = await svc.listen();
-  const body = (p: string) => JSON.stringify({ ToUserUid: user, PupUid: p, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' });
   return {
     url,
     connections: 64,
     headers: { 'content-type': 'application/json', authorization: `Bearer ${ctx.tokens.issue(tenant.uid).token}` },
-    requests: pups.map((p) => ({ method: 'POST' as const, path: '/v1/Logistics/CreateLocalShipment', body: body(p) })),
+    requests: pups.map((p) => ({ method: 'POST' as const, path: '/v1/Logistics/CreateLocalShipment', body: bookingBody(user, p) })),
   };
 }
 

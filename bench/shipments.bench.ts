@@ -87,13 +87,13 @@ export interface BookingLoads {
   measured: LoadRequest[];
 }
 
+/** The shipments bench's CreateLocalShipment body for a PUP (the loads, the floors, the profiler). */
+export const bookingBody = (user: string, pupUid: string): string =>
+  JSON.stringify({ ToUserUid: user, PupUid: pupUid, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' });
+
 /** The shipments bench's bookings (one body per PUP), split between warm-up and measured PUPs. */
 export function bookingLoads(pups: string[], user: string): BookingLoads {
-  const reqs = pups.map((p) => ({
-    method: 'POST' as const,
-    path: '/v1/Logistics/CreateLocalShipment',
-    body: JSON.stringify({ ToUserUid: user, PupUid: p, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' }),
-  }));
+  const reqs = pups.map((p) => ({ method: 'POST' as const, path: '/v1/Logistics/CreateLocalShipment', body: bookingBody(user, p) }));
   return { warm: reqs.slice(-WARM_PUPS), measured: reqs.slice(0, -WARM_PUPS) };
 }
 
@@ -225,7 +225,7 @@ async function floorRun(): Promise<Load> {
 
 /** One real booking through the API at `pupUid`, its statements captured for the PostgreSQL floor. */
 async function captureBooking(recorder: ReturnType<typeof installPgRecorder>, svc: CentralService, db: Db, pupUid: string, user: string, headers: Record<string, string>): Promise<Booking> {
-  const payload = JSON.stringify({ ToUserUid: user, PupUid: pupUid, Dimension: { width: 30, height: 8, length: 50 }, AllowLargerLockers: true, AllowOverflowLockers: false, ReferenceNo: 'bench' });
+  const payload = bookingBody(user, pupUid);
   let answer: { shipmentUid?: string } = {};
   const book = async () => {
     const res = await svc.app.inject({ method: 'POST', url: '/v1/Logistics/CreateLocalShipment', payload, headers });
@@ -237,7 +237,8 @@ async function captureBooking(recorder: ReturnType<typeof installPgRecorder>, sv
   const statements = await recorder.record(book);
   const row = await db.kysely.selectFrom('shipments').select(['uid', 'locker_uid']).where('uid', '=', answer.shipmentUid!).executeTakeFirstOrThrow();
   const existing = await sql<{ uid: string }>`SELECT uid FROM tenants UNION ALL SELECT uid FROM accounts`.execute(db.kysely);
-  return { statements, shipmentUid: row.uid, lockerUid: row.locker_uid!, pupUid, fixed: new Set(existing.rows.map((r) => r.uid)) };
+  const codes = await db.kysely.selectFrom('access_codes').select((eb) => eb.fn.countAll<number>().as('n')).where('shipment_uid', '=', row.uid).executeTakeFirstOrThrow();
+  return { statements, shipmentUid: row.uid, lockerUid: row.locker_uid!, pupUid, codes: Number(codes.n), fixed: new Set(existing.rows.map((r) => r.uid)) };
 }
 
 /** PostgreSQL's booking floor: the captured statements by pgbench, warmed up, as a Load (p50: mean latency). */
@@ -252,7 +253,7 @@ async function pgFloorRun(db: Db, schema: string, b: Booking): Promise<Load> {
   // the floor counts only if every transaction wrote what a booking writes: a locker, a shipment, its codes, its outbox row
   const after = await rows();
   const n = warm.transactions + r.transactions;
-  const codes = (b.statements[1]?.text.match(/\bINSERT INTO access_codes\b[^)]*\) VALUES (.*?) ON CONFLICT/)?.[1]?.match(/\(/g)?.length ?? 0);
+  const codes = b.codes;
   const got = { s: Number(after.s) - Number(before.s), c: Number(after.c) - Number(before.c), o: Number(after.o) - Number(before.o), l: Number(after.l) - Number(before.l) };
   // (a new PIN equal to a valid one of its PUP is skipped, as the service's first attempt skips it
   // before it draws again: a few in thousands)

@@ -128,9 +128,14 @@ export class FakeBoards {
   }
 }
 
-/** Resolves with the first `event` payload matching `pred`; rejects after `ms` with a clear message. */
+/**
+ * Resolves with the first `event` payload matching `pred`; rejects after `ms` with a clear message.
+ * Tests start the wait before the action and await it after: should the attempt fail in between,
+ * its timeout must not surface later as an unhandled rejection (it did once, in the middle of CI's
+ * retry, turning a passing run red). The returned promise is marked handled; awaiting it still rejects.
+ */
 export function waitFor<T = any>(em: { on: (...a: any[]) => unknown; off: (...a: any[]) => unknown }, event: string, pred: (e: T) => boolean = () => true, ms = 3000): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
+  const wait = new Promise<T>((resolve, reject) => {
     const fn = (e: T) => {
       if (!pred(e)) return;
       clearTimeout(timer);
@@ -143,6 +148,8 @@ export function waitFor<T = any>(em: { on: (...a: any[]) => unknown; off: (...a:
     }, ms);
     em.on(event, fn);
   });
+  wait.catch(() => undefined);
+  return wait;
 }
 
 /** Collects every payload of the given events, in order, as [event, payload]. */
