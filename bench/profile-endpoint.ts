@@ -111,7 +111,7 @@ const pgSchema = engine === 'postgres' ? `profile_${crypto.randomBytes(5).toStri
 const config = loadConfig({
   env: {},
   overrides: {
-    database: { url: engine === 'postgres' ? PG_URL : path.join(dir, 'central.db'), sqliteSynchronous: 'FULL' },
+    database: { url: engine === 'postgres' ? PG_URL : path.join(dir, 'central.db'), sqliteSynchronous: 'FULL', sqliteReadThreads: Number(process.env.BENCH_PROFILE_READ_THREADS ?? 1) },
     log: { level: 'silent' },
     mqtt: { mode: 'off' },
     environment: 'staging',

@@ -42,6 +42,10 @@ export const ConfigSchema = z
         // transactions (db/checkpointer.ts); 'commit' inside the COMMIT that fills the WAL, on the
         // event loop (SQLite's automatic checkpoint)
         sqliteCheckpoints: z.enum(['background', 'commit']).default('background'),
+        // SQLite in a file: threads that run heavy reads (a GetShipments page and its total) on
+        // read-only connections of their own, off the event loop (db/read-pool.ts); 0: every read
+        // on the main connection
+        sqliteReadThreads: z.coerce.number().int().min(0).max(16).default(1),
         poolSize: z.coerce.number().int().min(1).max(100).default(10),
         // PostgreSQL: the booking's hot statements as named prepared statements (parsed once per
         // connection). Turn off behind a pooler in transaction mode that cannot carry them
@@ -261,6 +265,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_DATABASE_URL: ['database', 'url'],
   LOCKER_DATABASE_SQLITE_SYNCHRONOUS: ['database', 'sqliteSynchronous'],
   LOCKER_DATABASE_SQLITE_CHECKPOINTS: ['database', 'sqliteCheckpoints'],
+  LOCKER_DATABASE_SQLITE_READ_THREADS: ['database', 'sqliteReadThreads'],
   LOCKER_DATABASE_POOL_SIZE: ['database', 'poolSize'],
   LOCKER_DATABASE_PG_PREPARED_STATEMENTS: ['database', 'pgPreparedStatements'],
   LOCKER_AUTH_TOKEN_LIFETIME_SECONDS: ['auth', 'tokenLifetimeSeconds'],

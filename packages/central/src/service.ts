@@ -59,6 +59,8 @@ export class CentralService {
       url: config.database.url,
       sqliteSynchronous: config.database.sqliteSynchronous,
       sqliteCheckpoints: config.database.sqliteCheckpoints,
+      sqliteReadThreads: config.database.sqliteReadThreads,
+      onReadThreadLost: (err) => log.error({ ns: 'central.db', err: err.message, errorCode: 'SQLITE_READ_THREAD_LOST' }, 'a SQLite read thread died: its reads run on the main connection until it is started again'),
       onCheckpointerFailure: (err) => log.error({ ns: 'central.db', err: err.message, errorCode: 'SQLITE_CHECKPOINTER_FAILED' }, 'the WAL checkpoint thread failed: checkpoints run in the commits again'),
       poolSize: config.database.poolSize,
       pgPreparedStatements: config.database.pgPreparedStatements,

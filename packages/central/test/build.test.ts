@@ -77,6 +77,7 @@ describe('npm run build: the CLIs run from the build with production dependencie
     expect(fs.existsSync(path.join(out, 'packages/central/dist/accounts/suggestions/workbook-worker.mjs'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/dist/accounts/suggestions/sheet-rows.mjs'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/dist/db/checkpoint-worker.mjs'))).toBe(true);
+    expect(fs.existsSync(path.join(out, 'packages/central/dist/db/read-worker.mjs'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/provisioning/demo-site.yaml'))).toBe(true);
     for (const d of ['packages/agent', 'packages/common', 'packages/lockbus', 'firmware-sim']) expect(fs.existsSync(path.join(out, d, 'dist/index.js'))).toBe(true);
     expect(fs.existsSync(path.join(out, 'packages/central/src'))).toBe(false);
@@ -126,6 +127,29 @@ console.log(JSON.stringify({ r, failures }));`,
     expect(failures).toEqual([]);
     expect(result).not.toBeNull();
     expect(result!.checkpointed).toBe(result!.log);
+  });
+
+  it('a SQLite read thread runs from the build (its worker file beside the built module)', () => {
+    const script = path.join(out, 'read-probe.mjs');
+    fs.writeFileSync(
+      script,
+      `import { openDatabase } from './packages/central/dist/db/database.js';
+const lost = [];
+const db = await openDatabase({ url: process.argv[2], sqliteReadThreads: 1, onReadThreadLost: (e) => lost.push(e.message) });
+await db.kysely.schema.createTable('t').addColumn('v', 'text').execute();
+await db.kysely.insertInto('t').values([{ v: 'a' }, { v: 'b' }, { v: 'c' }]).execute();
+const r = await db.readPool.page({ key: 'k', count: 'select count(*) from t', page: 'select v from t order by v limit ? offset ?', params: [], offset: 1, size: 5 });
+const stats = db.readPool.stats;
+await db.close();
+console.log(JSON.stringify({ r, lost, stats }));`,
+    );
+    const r = runBuilt('read-probe.mjs', [path.join(out, 'read-probe.db')]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const { r: result, lost, stats } = JSON.parse(r.stdout) as { r: { total: number; rows: string[] }; lost: string[]; stats: { reads: number } };
+    expect(lost).toEqual([]);
+    expect(result).toMatchObject({ total: 3, rows: ['b', 'c'] });
+    expect(stats.reads).toBe(1);
   });
 
   it('locker-lockbus from the build reaches the serial binding: a missing port is exit 1, PORT_OPEN_FAILED', () => {

@@ -10,6 +10,7 @@ import { migrations as allMigrations } from './migrations/index';
 import { pooledReader, withPreparedStatements } from './pg-prepared';
 import { LockerPostgresDialect } from './pg-introspector';
 import { FifoSqliteDialect } from './sqlite-dialect';
+import { SqliteReadPool } from './read-pool';
 import { WAL_AUTOCHECKPOINT_PAGES, WAL_SAFETY_PAGES, WalCheckpointer } from './checkpointer';
 
 export type Engine = 'sqlite' | 'postgres';
@@ -46,6 +47,8 @@ export interface Db {
    * only: the statement runs on whichever pooled connection is free.
    */
   readonly pgRead?: <R>(text: string, values: readonly unknown[], array?: boolean) => Promise<R[]>;
+  /** SQLite in a file with database.sqliteReadThreads > 0: heavy reads (a GetShipments page) in threads of their own (db/read-pool.ts) */
+  readonly readPool?: SqliteReadPool;
   /** SQLite in a file with database.sqliteCheckpoints 'background': the WAL checkpoint thread (the group-commit runner asks it) */
   readonly walCheckpointer?: WalCheckpointer;
 }
@@ -60,6 +63,10 @@ export interface OpenDatabaseOptions {
   pgSchema?: string;
   /** SQLite in a file: WAL checkpoints in a thread of their own ('background', the default) or in the COMMIT ('commit') */
   sqliteCheckpoints?: 'background' | 'commit';
+  /** SQLite in a file: threads for heavy reads, each with its own read-only connection (0: none; db/read-pool.ts) */
+  sqliteReadThreads?: number;
+  /** told when a read thread dies (its reads go to the main connection until it is started again) */
+  onReadThreadLost?: (err: Error) => void;
   /** told when the checkpoint thread fails (checkpoints are the main connection's again) */
   onCheckpointerFailure?: (err: Error) => void;
 }
@@ -145,10 +152,12 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
     : undefined;
   const kysely = new Kysely<Database>({ dialect: new FifoSqliteDialect({ database: withStatementCache(sqlite) }) });
   const reader = inFile ? committedReader(file) : null;
+  const readPool = inFile && (opts.sqliteReadThreads ?? 0) > 0 ? new SqliteReadPool(file, opts.sqliteReadThreads!, { onThreadLost: opts.onReadThreadLost }) : undefined;
   const db = makeDb(kysely, 'sqlite', { sqlite, ...(reader ? { committedGet: reader.get, committedIterate: reader.iterate } : {}) });
   if (!reader && !walCheckpointer) return db;
   return {
     ...db,
+    ...(readPool ? { readPool } : {}),
     ...(walCheckpointer
       ? {
           walCheckpointer,
@@ -162,6 +171,7 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
         }
       : {}),
     async close() {
+      await readPool?.stop();
       await walCheckpointer?.stop();
       reader?.close();
       await db.close();

@@ -7,6 +7,7 @@ import type { Db } from '../db/database';
 import { itemOrRow, jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
 import { registerPreparedStatement } from '../db/pg-prepared';
 import { rawStatement, SQLITE_LIMIT_OFFSET } from '../db/prepared-read';
+import { ReadPoolError } from '../db/read-pool';
 import type { JsonText } from '../http/serializer';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
@@ -417,7 +418,30 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
     }
     return { totalItems, items: pageItems(rows.length, (i) => rows[i]![2]) };
   }
+  const pool = db.readPool;
+  if (pool) {
+    // a read thread (db/read-pool.ts): the total and the page in one snapshot of committed rows,
+    // off the event loop; a read it cannot serve is read below on the main connection
+    const read = pool.page({ key: shapeOf(f) + JSON.stringify(params), count: q.count, page: q.page, params, offset, size: f.pageSize });
+    if (read) {
+      try {
+        const { total, rows } = await read;
+        return { totalItems: total, items: pageItems(rows.length, (i) => rows[i] as string) };
+      } catch (e) {
+        if (!(e instanceof ReadPoolError)) throw e;
+      }
+    }
+  }
   const sqlite = db.sqlite!;
+  if (!sqlite.inTransaction) return sqliteList(sqlite, q, f, params, offset);
+  // A transaction holds the one connection across awaits (a group-commit batch): its uncommitted
+  // rows must not be listed (nor counted), they may yet roll back. Kysely's queue for the
+  // connection is waited for, and the page read while it is held.
+  return db.kysely.connection().execute(async () => sqliteList(sqlite, q, f, params, offset));
+}
+
+/** SQLite on the main connection, no transaction open: the total (held while the store is unchanged) and the page */
+function sqliteList(sqlite: BetterSqlite3.Database, q: ListSql, f: ShipmentFilter, params: unknown[], offset: number): { totalItems: number; items: (ShipmentListItem | JsonText)[] } {
   let cache = totalsCaches.get(sqlite);
   if (!cache) totalsCaches.set(sqlite, (cache = new TotalsCache(sqlite)));
   const key = JSON.stringify(params);
@@ -428,8 +452,7 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
     cache.store(cached.version, shapeOf(f) + key, totalItems);
   }
   if (totalItems === 0 || offset >= totalItems) return { totalItems, items: [] };
-  params.push(f.pageSize, offset);
-  const rows = rawStatement(sqlite, q.page, true).all(params) as string[];
+  const rows = rawStatement(sqlite, q.page, true).all([...params, f.pageSize, offset]) as string[];
   return { totalItems, items: pageItems(rows.length, (i) => rows[i]!) };
 }
 

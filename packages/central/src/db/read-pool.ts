@@ -1,0 +1,188 @@
+// SQLite's read threads (database.sqliteReadThreads): heavy reads off the event loop.
+//
+// better-sqlite3 is synchronous: a GetShipments page of 100 among 100,000 holds the event loop
+// for about 250 us of SQL (4 joins, the items' JSON written by SQLite), during which no other
+// request, MQTT message or keepalive is served, and the service's second core stays idle. Here a
+// worker thread with its own read-only connection runs such reads (db/read-worker.mjs). WAL lets
+// it read beside the one writing connection; it sees committed rows only, never a group-commit
+// batch in progress, and a commit acknowledged before a read was sent is in that read (the WAL
+// index is shared memory: a read transaction that starts after a commit sees it).
+//
+// A read the pool cannot serve (no thread: an in-memory store, the setting at 0, a thread that
+// died and is not yet restarted) is the caller's to run on the main connection, as before: page()
+// answers undefined, or its promise rejects with ReadPoolError, and nothing is lost. A thread that
+// dies is started again at the next read one second later.
+import { Worker } from 'node:worker_threads';
+
+const WORKER = new URL('./read-worker.mjs', import.meta.url);
+
+/** wait before a thread that died is started again */
+const RESTART_MS = 1000;
+
+export interface PageRead {
+  /** the key a total is held under (the statement's shape and parameters) */
+  key: string;
+  /** SELECT count(*) ... with the filter's `?` parameters */
+  count: string;
+  /** the page's SELECT of one column, ordered, ending in LIMIT ? ... OFFSET ? ... */
+  page: string;
+  params: unknown[];
+  offset: number;
+  size: number;
+}
+
+export interface PageResult {
+  total: number;
+  /** each row's one column */
+  rows: unknown[];
+  /** the total was counted by this read (not held from an earlier one under the same data) */
+  counted: boolean;
+}
+
+export class ReadPoolError extends Error {
+  constructor(
+    message: string,
+    readonly code: 'SQLITE_READ_THREAD_LOST' | 'SQLITE_READ_FAILED',
+  ) {
+    super(message);
+    this.name = 'ReadPoolError';
+  }
+}
+
+export interface ReadPoolStats {
+  /** reads answered by a thread */
+  reads: number;
+  /** reads a thread failed (the caller read them on the main connection) */
+  failed: number;
+  /** threads that died (error or exit) */
+  threadsLost: number;
+}
+
+interface Pending {
+  resolve: (r: PageResult) => void;
+  reject: (e: Error) => void;
+}
+
+class ReadThread {
+  readonly worker: Worker;
+  readonly pending = new Map<number, Pending>();
+  dead = false;
+  constructor(file: string, onDeath: (t: ReadThread, err: Error) => void) {
+    this.worker = new Worker(WORKER, { workerData: { file } });
+    // an idle read thread does not keep the process alive
+    this.worker.unref();
+    const die = (err: Error) => {
+      if (this.dead) return;
+      this.dead = true;
+      const lost = new ReadPoolError(`SQLite read thread lost: ${err.message}`, 'SQLITE_READ_THREAD_LOST');
+      for (const p of this.pending.values()) p.reject(lost);
+      this.pending.clear();
+      void this.worker.terminate();
+      onDeath(this, err);
+    };
+    this.worker.on('error', die);
+    this.worker.on('exit', (code) => die(new Error(`exited with code ${code}`)));
+    this.worker.on('message', (m: { ready?: boolean; id?: number; error?: string; code?: string | null; total?: number; rows?: unknown[]; counted?: boolean }) => {
+      if (m.ready) return;
+      const p = this.pending.get(m.id!);
+      if (!p) return;
+      this.pending.delete(m.id!);
+      if (this.pending.size === 0) this.worker.unref();
+      if (m.error !== undefined) p.reject(new ReadPoolError(`SQLite read thread: ${m.error}${m.code ? ` (${m.code})` : ''}`, 'SQLITE_READ_FAILED'));
+      else p.resolve({ total: m.total!, rows: m.rows!, counted: m.counted! });
+    });
+  }
+}
+
+export class SqliteReadPool {
+  private readonly threads: (ReadThread | null)[];
+  /** per slot: no thread is started before this time (a thread died there) */
+  private readonly restartAt: number[];
+  private nextId = 0;
+  private stopped = false;
+  readonly stats: ReadPoolStats = { reads: 0, failed: 0, threadsLost: 0 };
+
+  constructor(
+    private readonly file: string,
+    size: number,
+    private readonly opts: { onThreadLost?: (err: Error) => void } = {},
+  ) {
+    this.threads = new Array<ReadThread | null>(size).fill(null);
+    this.restartAt = new Array<number>(size).fill(0);
+  }
+
+  get size(): number {
+    return this.threads.length;
+  }
+
+  /** the live threads' workers (diagnostics and fault tests) */
+  workers(): Worker[] {
+    return this.threads.filter((t): t is ReadThread => t !== null && !t.dead).map((t) => t.worker);
+  }
+
+  /**
+   * The page and its total from a read thread, in one snapshot; undefined when no thread can take
+   * it now (the caller reads on its own connection). The promise rejects with ReadPoolError when
+   * the thread failed the read or died with it: the caller reads it on its own connection then.
+   */
+  page(req: PageRead): Promise<PageResult> | undefined {
+    const t = this.pick();
+    if (!t) return undefined;
+    const id = this.nextId++;
+    return new Promise<PageResult>((resolve, reject) => {
+      if (t.pending.size === 0) t.worker.ref();
+      t.pending.set(id, {
+        resolve: (r) => {
+          this.stats.reads++;
+          resolve(r);
+        },
+        reject: (e) => {
+          this.stats.failed++;
+          reject(e);
+        },
+      });
+      t.worker.postMessage({ op: 'page', id, key: req.key, count: req.count, page: req.page, params: req.params, offset: req.offset, size: req.size });
+    });
+  }
+
+  /** the live thread with the fewest reads in flight, starting threads as their slots allow */
+  private pick(): ReadThread | undefined {
+    if (this.stopped) return undefined;
+    let best: ReadThread | undefined;
+    const now = Date.now();
+    for (let i = 0; i < this.threads.length; i++) {
+      let t = this.threads[i];
+      if (!t) {
+        if (now < this.restartAt[i]!) continue;
+        t = this.threads[i] = new ReadThread(this.file, (dead, err) => {
+          if (this.threads[i] === dead) this.threads[i] = null;
+          this.restartAt[i] = Date.now() + RESTART_MS;
+          if (this.stopped) return;
+          this.stats.threadsLost++;
+          try {
+            this.opts.onThreadLost?.(err);
+          } catch {
+            /* the caller's handler must not take the process down */
+          }
+        });
+      }
+      if (!best || t.pending.size < best.pending.size) best = t;
+      if (best.pending.size === 0) break;
+    }
+    return best;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    const live = this.threads.filter((t): t is ReadThread => t !== null);
+    this.threads.fill(null);
+    await Promise.all(
+      live.map(async (t) => {
+        t.dead = true;
+        for (const p of t.pending.values()) p.reject(new ReadPoolError('SQLite read pool stopped', 'SQLITE_READ_THREAD_LOST'));
+        t.pending.clear();
+        await t.worker.terminate();
+      }),
+    );
+  }
+}

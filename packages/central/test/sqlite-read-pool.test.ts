@@ -1,0 +1,167 @@
+// SQLite's read threads (db/read-pool.ts, database.sqliteReadThreads): a GetShipments page and its
+// total are read by a worker thread on a read-only connection of its own. What must hold:
+// - the answers are the main connection's, filter by filter, page by page;
+// - an acknowledged booking is in the next read (read your writes), a transaction still open on the
+//   main connection is not (committed rows only, one snapshot for the page and its total);
+// - a thread that dies with reads in flight loses none of them (the main connection reads them) and
+//   is started again; a read that fails in the thread is read on the main connection too;
+// - 0 threads: no pool, every read on the main connection.
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { sql } from 'kysely';
+import { createTestService, type TestService } from './support/harness';
+import { PUP_A1 } from './support/fixtures';
+import { addUser, booking, ok } from './shipments-helpers';
+import { listShipments, type ShipmentFilter } from '../src/shipments/queries';
+import type { Db } from '../src/db/database';
+import { ReadPoolError } from '../src/db/read-pool';
+import { JsonText } from '../src/http/serializer';
+
+/**
+ * While a transaction on the main connection has made the shipment inactive (and then rolls back),
+ * a listing of the active shipments is answered (by the thread at once, or by the main connection
+ * after the transaction) with the shipment still there and the total unchanged: the uncommitted
+ * write is never read.
+ */
+async function notListedUncommitted(t: TestService, list: () => ReturnType<typeof listShipments>, shipmentUid: string, total: number) {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  let written!: () => void;
+  const inTx = new Promise<void>((r) => (written = r));
+  const tx = t.ctx.db.kysely
+    .transaction()
+    .execute(async (trx) => {
+      await sql`update shipments set active = 0 where uid = ${shipmentUid}`.execute(trx);
+      written();
+      await held;
+      throw new Error('rolled back');
+    })
+    .catch((e: Error) => e.message);
+  await inTx;
+  const listing = list();
+  await new Promise((r) => setTimeout(r, 50));
+  release();
+  expect(await tx).toBe('rolled back');
+  const r = await listing;
+  expect(r.totalItems).toBe(total);
+  expect(r.items.map((i) => (i instanceof JsonText ? (JSON.parse(i.text) as { shipmentUid: string }).shipmentUid : i.shipmentUid))).toContain(shipmentUid);
+}
+
+describe('SQLite read threads', () => {
+  let t: TestService;
+  let user: string;
+  let tenantUid: string;
+  beforeAll(async () => {
+    t = await createTestService('sqlite', { config: { database: { sqliteReadThreads: 1 } } });
+    user = await addUser(t, PUP_A1);
+    tenantUid = (await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).uid;
+    for (let i = 0; i < 4; i++) await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ReferenceNo: `R-${i}`, ...booking() }));
+    const c = await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }));
+    await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: c.shipmentUid }));
+  });
+  afterAll(async () => t?.close());
+
+  const pool = () => t.ctx.db.readPool!;
+  /** the same store without its pool: every read on the main connection */
+  const mainOnly = (): Db => ({ ...t.ctx.db, readPool: undefined });
+  const filter = (over: Partial<ShipmentFilter> = {}): ShipmentFilter => ({ tenantUid, typeCode: null, sortBy: 'CreatedDesc', pageNo: 1, pageSize: 3, ...over });
+
+  it('GetShipments is read by the thread, with the answer of the main connection for every filter and page', async () => {
+    const before = pool().stats.reads;
+    const body = await ok(t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 100, activeShipments: true, sortBy: 'CreatedDesc' }));
+    expect(body.totalItems).toBe(4);
+    expect(pool().stats.reads).toBe(before + 1);
+    const filters: Partial<ShipmentFilter>[] = [
+      {},
+      { active: true },
+      { active: false },
+      { active: true, pageNo: 2 },
+      { active: true, pageNo: 3 },
+      { active: true, pageNo: 9 },
+      { sortBy: 'ActivityAsc', updatedSince: '2020-01-01T00:00:00.000Z' },
+      { states: ['ReadyForDropoff', 'Cancelled'], sortBy: 'CreatedAsc', pageSize: 100 },
+      { userUid: user, sortBy: 'ActivityDesc' },
+      { bookedPupUid: PUP_A1 },
+      { tenantUid: 'no-such-tenant' },
+    ];
+    for (const over of filters) {
+      const n = pool().stats.reads;
+      const threaded = await listShipments(t.ctx.db, filter(over));
+      expect(pool().stats.reads, JSON.stringify(over)).toBe(n + 1);
+      expect(threaded, JSON.stringify(over)).toEqual(await listShipments(mainOnly(), filter(over)));
+    }
+  });
+
+  it('an acknowledged booking is in the next read; a transaction still open on the main connection is not', async () => {
+    const before = await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }));
+    const b = await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }));
+    const after = await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }));
+    expect(after.totalItems).toBe(before.totalItems + 1);
+    expect(JSON.stringify(after.items[0])).toContain(b.shipmentUid);
+
+    // a write in progress, rolled back in the end: never in a listing
+    await notListedUncommitted(t, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })), b.shipmentUid, after.totalItems);
+  });
+
+  it('a thread that dies with reads in flight loses none of them, and is started again', async () => {
+    const expected = await listShipments(mainOnly(), filter({ active: true, pageSize: 100 }));
+    const lost0 = pool().stats.threadsLost;
+    const failed0 = pool().stats.failed;
+    // eight reads sent to the thread, then the thread is killed before it can answer them all
+    const reads = Array.from({ length: 8 }, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })));
+    const [worker] = pool().workers();
+    expect(worker).toBeDefined();
+    await worker!.terminate();
+    for (const r of await Promise.all(reads)) expect(r).toEqual(expected);
+    expect(pool().stats.threadsLost).toBe(lost0 + 1);
+    expect(pool().stats.failed).toBeGreaterThan(failed0);
+    expect(pool().workers()).toHaveLength(0);
+    // within its restart delay the main connection reads; then a new thread does
+    const n = pool().stats.reads;
+    expect(await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }))).toEqual(expected);
+    expect(pool().stats.reads).toBe(n);
+    await new Promise((r) => setTimeout(r, 1100));
+    expect(await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }))).toEqual(expected);
+    expect(pool().stats.reads).toBe(n + 1);
+    expect(pool().workers()).toHaveLength(1);
+  });
+
+  it('a read the thread fails is read on the main connection', async () => {
+    // a statement the read-only connection refuses (it writes): the read is refused with its code
+    const r = pool().page({ key: 'k', count: 'select 1', page: "insert into settings (key, value) values ('x', 'y') returning value", params: [], offset: 0, size: 1 });
+    await expect(r).rejects.toMatchObject({ code: 'SQLITE_READ_FAILED' });
+    expect(await t.ctx.db.kysely.selectFrom('settings').select('key').where('key', '=', 'x').executeTakeFirst()).toBeUndefined();
+    // GetShipments whose thread read fails answers as the main connection does
+    const expected = await listShipments(mainOnly(), filter({ active: true }));
+    const spy = vi.spyOn(pool(), 'page').mockReturnValueOnce(Promise.reject(new ReadPoolError('injected', 'SQLITE_READ_FAILED')));
+    try {
+      expect(await listShipments(t.ctx.db, filter({ active: true }))).toEqual(expected);
+      expect(spy).toHaveBeenCalledTimes(1);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+});
+
+describe('SQLite read threads off', () => {
+  let t: TestService;
+  beforeAll(async () => {
+    t = await createTestService('sqlite', { config: { database: { sqliteReadThreads: 0 } } });
+  });
+  afterAll(async () => t?.close());
+
+  it('0 threads: no pool, GetShipments on the main connection', async () => {
+    expect(t.ctx.db.readPool).toBeUndefined();
+    const user = await addUser(t, PUP_A1);
+    await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }));
+    expect((await ok(t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 10, activeShipments: true, sortBy: 'CreatedDesc' }))).totalItems).toBe(1);
+  });
+
+  it('the main connection does not list a write in progress either: it waits for the transaction', async () => {
+    const user = await addUser(t, PUP_A1);
+    const b = await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }));
+    const tenantUid = (await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).uid;
+    const list = () => listShipments(t.ctx.db, { tenantUid, typeCode: null, active: true, sortBy: 'CreatedDesc', pageNo: 1, pageSize: 100 });
+    const before = await list();
+    await notListedUncommitted(t, list, b.shipmentUid, before.totalItems);
+  });
+});
