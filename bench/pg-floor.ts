@@ -2,7 +2,9 @@
 // from a real booking of the service under test, replayed by pgbench (PostgreSQL's own C load
 // generator: no Node, no HTTP) on the same store with as many connections as the service's pool.
 // What PostgreSQL itself can book on this machine; the endpoint's distance to it is what the
-// service's own work costs. Used by shipments.bench.ts; skipped when pgbench is not installed.
+// service's own work costs. The same for GetShipments' page (pgbenchReadScript): what PostgreSQL
+// itself answers at the load's 64 connections, with its latencies. Used by shipments.bench.ts;
+// skipped when pgbench is not installed.
 import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -117,32 +119,60 @@ export interface PgbenchResult {
   transactions: number;
   failed: number;
   latencyMs: number;
+  /** with `latencies`: the transactions' latency percentiles from pgbench's per-transaction log */
+  p50Ms?: number;
+  p99Ms?: number;
+}
+
+/**
+ * A read-only pgbench script: the captured statements as they were sent, their parameters written
+ * in as literals (the listing floor: the same page, the same plan, on every transaction).
+ */
+export function pgbenchReadScript(statements: Captured[]): string {
+  return `${statements.map((st) => `${st.text.replace(/\$(\d+)/g, (_, n: string) => literal(st.values[Number(n) - 1]))};`).join('\n')}\n`;
 }
 
 /**
  * Runs the script with pgbench (prepared statements, `clients` connections) in `schema`, each
  * connection `perClient` transactions (a count, not a duration: the bookings must fit the lockers).
  */
-export async function runPgbench(url: string, schema: string, script: string, clients: number, perClient: number): Promise<PgbenchResult> {
+export async function runPgbench(url: string, schema: string, script: string, clients: number, perClient: number | { seconds: number }, opts: { latencies?: boolean } = {}): Promise<PgbenchResult> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-pgbench-'));
-  const file = path.join(dir, 'booking.sql');
+  const file = path.join(dir, 'script.sql');
   fs.writeFileSync(file, script);
   try {
+    const length = typeof perClient === 'number' ? ['-t', String(perClient)] : ['-T', String(perClient.seconds)];
     const stdout = await new Promise<string>((resolve, reject) =>
       execFile(
         'pgbench',
-        ['-n', '-M', 'prepared', '-c', String(clients), '-j', '2', '-t', String(perClient), '-f', file, url],
-        { env: { ...process.env, PGOPTIONS: `-c search_path=${schema}` }, maxBuffer: 16 * 1024 * 1024 },
+        ['-n', '-M', 'prepared', '-c', String(clients), '-j', '2', ...length, ...(opts.latencies ? ['-l'] : []), '-f', file, url],
+        // -l writes pgbench_log.* into the working directory: the temporary one
+        { cwd: dir, env: { ...process.env, PGOPTIONS: `-c search_path=${schema}` }, maxBuffer: 16 * 1024 * 1024 },
         (err, out, errOut) => (err ? reject(new Error(`pgbench failed: ${err.message} ${errOut}`)) : resolve(out)),
       ),
     );
     const num = (re: RegExp) => Number(re.exec(stdout)?.[1] ?? NaN);
-    return {
+    const r: PgbenchResult = {
       tps: num(/tps = ([\d.]+) \(without initial connection time\)/),
       transactions: num(/number of transactions actually processed: (\d+)/),
       failed: num(/number of failed transactions: (\d+)/) || 0,
       latencyMs: num(/latency average = ([\d.]+) ms/),
     };
+    if (opts.latencies) {
+      // one line per transaction: client_id transaction_no time(us) script_no time_epoch time_us
+      const us: number[] = [];
+      for (const f of fs.readdirSync(dir).filter((n) => n.startsWith('pgbench_log.'))) {
+        for (const line of fs.readFileSync(path.join(dir, f), 'utf8').split('\n')) {
+          const v = Number(line.split(' ')[2]);
+          if (line && Number.isFinite(v)) us.push(v);
+        }
+      }
+      us.sort((a, b) => a - b);
+      const pct = (q: number) => (us.length ? us[Math.min(us.length - 1, Math.floor(us.length * q))]! / 1000 : NaN);
+      r.p50Ms = pct(0.5);
+      r.p99Ms = pct(0.99);
+    }
+    return r;
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
   }

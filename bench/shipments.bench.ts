@@ -33,7 +33,7 @@ import { SqliteGroupCommitRunner } from '../packages/central/src/shipments/tx';
 import { pgTotalsStats } from '../packages/central/src/shipments/queries';
 import type { Db } from '../packages/central/src/db/database';
 import { bareBaseline, load as loadRun, reachable, type Load, type LoadRequest } from './support';
-import { installPgRecorder, pgbenchAvailable, pgbenchScript, runPgbench, type Booking } from './pg-floor';
+import { installPgRecorder, pgbenchAvailable, pgbenchReadScript, pgbenchScript, runPgbench, type Booking } from './pg-floor';
 
 const PG_URL = process.env.LOCKER_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const DURATION_S = Number(process.env.BENCH_SHIPMENTS_SECONDS ?? 5);
@@ -206,6 +206,8 @@ interface EngineResult {
   since: Load;
   /** SQLite: the booking SQL floor (booking-floor-worker.mjs inline) in this run */
   floor?: Load;
+  /** PostgreSQL: GetShipments' page statement by pgbench at the load's connections (listFloorRun) */
+  listFloor?: Load;
   doubleBooked: number;
   note: string;
 }
@@ -239,6 +241,28 @@ async function captureBooking(recorder: ReturnType<typeof installPgRecorder>, sv
   const existing = await sql<{ uid: string }>`SELECT uid FROM tenants UNION ALL SELECT uid FROM accounts`.execute(db.kysely);
   const codes = await db.kysely.selectFrom('access_codes').select((eb) => eb.fn.countAll<number>().as('n')).where('shipment_uid', '=', row.uid).executeTakeFirstOrThrow();
   return { statements, shipmentUid: row.uid, lockerUid: row.locker_uid!, pupUid, codes: Number(codes.n), fixed: new Set(existing.rows.map((r) => r.uid)) };
+}
+
+/** seconds of the listing floor's pgbench run (after LIST_FLOOR_WARM_S not counted) */
+const LIST_FLOOR_S = 4;
+const LIST_FLOOR_WARM_S = 1;
+
+/**
+ * PostgreSQL's GetShipments floor: the statements one warm GetShipments sends (the first page; its
+ * total held under an unchanged snapshot), captured and replayed by pgbench at the load's 64
+ * connections: what PostgreSQL itself answers on these two cores, with its own p50 / p99.
+ */
+async function listFloorRun(recorder: ReturnType<typeof installPgRecorder>, svc: CentralService, schema: string, payload: string, headers: Record<string, string>): Promise<Load> {
+  const statements = await recorder.record(async () => {
+    const res = await svc.app.inject({ method: 'POST', url: '/v1/Logistics/GetShipments', payload, headers });
+    if (res.statusCode !== 200) throw new Error(`GetShipments capture failed: ${res.statusCode} ${res.body.slice(0, 200)}`);
+  });
+  const page = statements.filter((st) => /\bFROM shipments s\b/.test(st.text));
+  if (page.length !== 1 || /^SELECT count/i.test(page[0]!.text)) throw new Error(`GetShipments capture: expected its one page statement, got ${statements.map((st) => st.text.slice(0, 60)).join(' | ')}`);
+  const script = pgbenchReadScript(page);
+  await runPgbench(PG_URL, schema, script, CONNECTIONS, { seconds: LIST_FLOOR_WARM_S });
+  const r = await runPgbench(PG_URL, schema, script, CONNECTIONS, { seconds: LIST_FLOOR_S }, { latencies: true });
+  return { rps: r.tps, ok: r.transactions, non2xx: r.failed, errors: 0, p50: Math.round(r.p50Ms!), p99: Math.round(r.p99Ms!), cpuUsPerReq: 0 };
 }
 
 /** PostgreSQL's booking floor: the captured statements by pgbench, warmed up, as a Load (p50: mean latency). */
@@ -349,11 +373,12 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const sj = sprobe.json();
     if (sprobe.statusCode !== 200 || sj.items.length !== 100) throw new Error(`GetShipments updatedSince probe failed: ${sprobe.statusCode} ${sprobe.body.slice(0, 200)}`);
     const since = await warmLoad(url, [{ method: 'POST', path: '/v1/Logistics/GetShipments', body: sinceBody }], headers);
+    const listFloor = recorder ? await listFloorRun(recorder, svc, pgSchema!, listBody, headers) : undefined;
     const ts = engine === 'postgres' ? pgTotalsStats(ctx.db) : undefined;
     // PostgreSQL: how many totals the page statement took from a held snapshot, how many it counted
     const totalsNote = ts ? `; totals: ${ts.counts} counted, ${ts.hits} held under an unchanged snapshot` : '';
     const note = `synchronous=${sync}; ${stalls}${checkpoints ? `; ${checkpoints}` : ''}; ${book.ok} bookings acknowledged, ${stored} shipments before fill, ${booked} lockers booked, ${pendingOutbox} callbacks queued${batching}${floorNote}; GetShipments over ${STORED.toLocaleString('en')} stored (${pj.totalItems.toLocaleString('en')} active match; with updatedSince ${SINCE}: ${sj.totalItems.toLocaleString('en')} match)${totalsNote}`;
-    return { engine, base, book, list, since, ...(floor ? { floor } : {}), doubleBooked: dbl.length, note };
+    return { engine, base, book, list, since, ...(floor ? { floor } : {}), ...(listFloor ? { listFloor } : {}), doubleBooked: dbl.length, note };
   } finally {
     await svc.stop();
     await cleanup();
@@ -379,15 +404,17 @@ export default async function (): Promise<{ title: string; markdown: string }> {
         `| ${x.engine} | ${f(x.base.rps)} | ${f(x.book.rps)} | ${r(x.book.rps, x.base.rps)} | ${x.book.p50} / ${x.book.p99} | ${x.floor ? f(x.floor.rps) : '-'} | ${x.floor ? `**${r(x.book.rps, x.floor.rps)}**` : '-'} | **${x.doubleBooked}** | ${x.book.non2xx + (x.floor?.non2xx ?? 0)} |`,
     ),
     '',
-    '| engine | GetShipments (100 of 100k) req/s | ratio | p50 / p99 ms | with updatedSince req/s | ratio | p50 / p99 ms | non-2xx |',
-    '|---|---|---|---|---|---|---|---|',
+    '| engine | GetShipments (100 of 100k) req/s | ratio | p50 / p99 ms | with updatedSince req/s | ratio | p50 / p99 ms | non-2xx | page SQL floor req/s, p50 / p99 ms |',
+    '|---|---|---|---|---|---|---|---|---|',
     ...results.map(
       (x) =>
-        `| ${x.engine} | ${f(x.list.rps)} | ${r(x.list.rps, x.base.rps)} | ${x.list.p50} / ${x.list.p99} | ${f(x.since.rps)} | ${r(x.since.rps, x.base.rps)} | ${x.since.p50} / ${x.since.p99} | ${x.list.non2xx + x.since.non2xx} |`,
+        `| ${x.engine} | ${f(x.list.rps)} | ${r(x.list.rps, x.base.rps)} | ${x.list.p50} / ${x.list.p99} | ${f(x.since.rps)} | ${r(x.since.rps, x.base.rps)} | ${x.since.p50} / ${x.since.p99} | ${x.list.non2xx + x.since.non2xx} | ${x.listFloor ? `${f(x.listFloor.rps)}, ${x.listFloor.p50} / ${x.listFloor.p99}` : '-'} |`,
     ),
     '',
     ...results.map((x) => `- ${x.engine}: ${x.note}`),
     ...(pgOk || !ENGINES.includes('postgres') ? [] : ['- postgres: SKIPPED (not reachable)']),
+    '',
+    `Page SQL floor (PostgreSQL): the statement a warm GetShipments (no updatedSince) sends, captured and replayed by pgbench with ${CONNECTIONS} connections for ${LIST_FLOOR_S} s after ${LIST_FLOOR_WARM_S} s not counted; its p50 / p99 from pgbench's per-transaction log. The page as PostgreSQL itself serves it on this machine, no Node and no HTTP.`,
     '',
     'Goals (issue 15): booking on SQLite at >= 0.90 of its own SQL floor in the same run and >= 0.05 of the bare route on PostgreSQL, every acknowledged booking durable, no locker booked twice; GetShipments with and without updatedSince at >= 0.05 of the bare route with p99 <= 50 ms.',
   ];
