@@ -135,6 +135,14 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
       expect(await scrapeText()).toContain('# TYPE locker_sqlite_wal_checkpoints_total counter');
       expect(has(after, 'locker_sqlite_wal_checkpoint_max_seconds')).toBe(true);
     } else expect(has(after, 'locker_sqlite_checkpoint_thread_up')).toBe(false);
+    // the read threads (SQLite in a file): a GetShipments page is counted as read by a thread
+    if (engine === 'sqlite' && t.ctx.db.readPool) {
+      expect(await scrapeText()).toContain('# TYPE locker_sqlite_thread_reads_total counter');
+      const done = sumOf(await scrape(), 'locker_sqlite_thread_reads_total', { outcome: 'done' });
+      expect((await t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 10, activeShipments: true })).status).toBe(200);
+      expect(sumOf(await scrape(), 'locker_sqlite_thread_reads_total', { outcome: 'done' })).toBe(done + 1);
+      expect(sumOf(await scrape(), 'locker_sqlite_read_threads_lost_total')).toBe(0);
+    } else expect(has(after, 'locker_sqlite_thread_reads_total')).toBe(false);
 
     // no personal data and no raw URLs in the labels: no e-mail, no shipment, user or code value
     const text = await scrapeText();

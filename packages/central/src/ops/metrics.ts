@@ -265,6 +265,32 @@ registerScrapeMetric({
 });
 
 registerScrapeMetric({
+  name: 'locker_sqlite_thread_reads_total',
+  type: 'counter',
+  help: 'SQLite with database.sqliteReadThreads > 0: heavy reads (GetShipments pages) sent to the read threads since the start, by outcome: done (answered by a thread); failed (the thread failed the read or died with it: read on the main connection instead). Absent without read threads',
+  labelNames: ['outcome'],
+  async collect(ctx) {
+    const st = ctx.db.readPool?.stats;
+    if (!st) return [];
+    return [
+      { labels: { outcome: 'done' }, value: st.reads },
+      { labels: { outcome: 'failed' }, value: st.failed },
+    ];
+  },
+});
+
+registerScrapeMetric({
+  name: 'locker_sqlite_read_threads_lost_total',
+  type: 'counter',
+  help: 'SQLite read threads that died since the start (each is started again a second later; SQLITE_READ_THREAD_LOST in the log). Absent without read threads',
+  labelNames: ['mode'],
+  async collect(ctx) {
+    const st = ctx.db.readPool?.stats;
+    return st ? [{ labels: { mode: 'threads' }, value: st.threadsLost }] : [];
+  },
+});
+
+registerScrapeMetric({
   name: 'locker_sqlite_wal_checkpoint_max_seconds',
   help: 'The longest WAL checkpoint of the checkpoint thread since the start (the writes waited that long; the event loop did not). Absent without the thread',
   labelNames: ['mode'],
