@@ -14,6 +14,7 @@ import { addUser, booking, ok } from './shipments-helpers';
 import { listShipments, type ShipmentFilter } from '../src/shipments/queries';
 import type { Db } from '../src/db/database';
 import { ReadPoolError } from '../src/db/read-pool';
+import { waitFor } from './support/wait';
 import { JsonText } from '../src/http/serializer';
 
 /**
@@ -102,30 +103,15 @@ describe('SQLite read threads', () => {
     await notListedUncommitted(t, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })), b.shipmentUid, after.totalItems);
   });
 
-  it('a thread that dies with reads in flight loses none of them, and is started again', async () => {
-    const expected = await listShipments(mainOnly(), filter({ active: true, pageSize: 100 }));
-    const lost0 = pool().stats.threadsLost;
-    const failed0 = pool().stats.failed;
-    // eight reads sent to the thread, then the thread is killed before it can answer them all
-    const reads = Array.from({ length: 8 }, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })));
-    const [worker] = pool().workers();
-    expect(worker).toBeDefined();
-    await worker!.terminate();
-    for (const r of await Promise.all(reads)) expect(r).toEqual(expected);
-    expect(pool().stats.threadsLost).toBe(lost0 + 1);
-    expect(pool().stats.failed).toBeGreaterThan(failed0);
-    expect(pool().workers()).toHaveLength(0);
-    // within its restart delay the main connection reads; then a new thread does
-    const n = pool().stats.reads;
-    expect(await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }))).toEqual(expected);
-    expect(pool().stats.reads).toBe(n);
-    await new Promise((r) => setTimeout(r, 1100));
-    expect(await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }))).toEqual(expected);
-    expect(pool().stats.reads).toBe(n + 1);
-    expect(pool().workers()).toHaveLength(1);
-  });
+  /** a live thread (one that died in an earlier attempt is started again a second later) */
+  const threadUp = () =>
+    waitFor(async () => {
+      await listShipments(t.ctx.db, filter());
+      return pool().workers().length === 1;
+    }, 'a live read thread');
 
   it('a read the thread fails is read on the main connection', async () => {
+    await threadUp();
     // a statement the read-only connection refuses (it writes): the read is refused with its code
     const r = pool().page({ key: 'k', count: 'select 1', page: "insert into settings (key, value) values ('x', 'y') returning value", params: [], offset: 0, size: 1 });
     await expect(r).rejects.toMatchObject({ code: 'SQLITE_READ_FAILED' });
@@ -139,6 +125,35 @@ describe('SQLite read threads', () => {
     } finally {
       spy.mockRestore();
     }
+  });
+
+  it('a thread that dies with reads in flight loses none of them, and is started again', async () => {
+    await threadUp();
+    const expected = await listShipments(mainOnly(), filter({ active: true, pageSize: 100 }));
+    const lost0 = pool().stats.threadsLost;
+    const failed0 = pool().stats.failed;
+    // a read that keeps the thread busy for a while (counting to 5 million), then eight pages
+    // queued behind it; the thread is killed while they wait
+    const slow = pool().page({ key: 'slow', count: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) SELECT count(*) FROM c', page: 'SELECT 1 LIMIT ? OFFSET ?', params: [], offset: 0, size: 1 });
+    expect(slow).toBeDefined();
+    const reads = Array.from({ length: 8 }, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })));
+    const [worker] = pool().workers();
+    expect(worker).toBeDefined();
+    await worker!.terminate();
+    await expect(slow).rejects.toMatchObject({ code: 'SQLITE_READ_THREAD_LOST' });
+    for (const r of await Promise.all(reads)) expect(r).toEqual(expected);
+    expect(pool().stats.threadsLost).toBe(lost0 + 1);
+    expect(pool().stats.failed).toBe(failed0 + 9);
+    expect(pool().workers()).toHaveLength(0);
+    // within its restart delay the main connection reads; then a new thread does
+    const n = pool().stats.reads;
+    expect(await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }))).toEqual(expected);
+    expect(pool().stats.reads).toBe(n);
+    await waitFor(async () => {
+      expect(await listShipments(t.ctx.db, filter({ active: true, pageSize: 100 }))).toEqual(expected);
+      return pool().stats.reads > n;
+    }, 'a new read thread');
+    expect(pool().workers()).toHaveLength(1);
   });
 });
 
