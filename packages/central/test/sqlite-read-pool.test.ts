@@ -5,6 +5,7 @@
 //   main connection is not (committed rows only, one snapshot for the page and its total);
 // - a thread that dies with reads in flight loses none of them (the main connection reads them) and
 //   is started again; a read that fails in the thread is read on the main connection too;
+// - GetAccounts searches are read by the thread too, with the same answers; the plain listing is not;
 // - 0 threads: no pool, every read on the main connection.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { sql } from 'kysely';
@@ -101,6 +102,48 @@ describe('SQLite read threads', () => {
 
     // a write in progress, rolled back in the end: never in a listing
     await notListedUncommitted(t, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })), b.shipmentUid, after.totalItems);
+  });
+
+  it('GetAccounts searches are read by the thread, with the answers of the main connection; the plain listing is not', async () => {
+    for (let i = 0; i < 12; i++) {
+      await ok(t.post('/v1/Account/CreateOrGetAccount', { emailAddress: `searcher${i}@example.test`, firstName: i % 2 ? 'Ann' : 'Bob', lastName: `Search${i}`, pickUpPointUid: PUP_A1 }));
+    }
+    const searches: Record<string, unknown>[] = [
+      { fullName: 'ann' },
+      { fullName: 'ann search1' },
+      { emailAddress: 'searcher1', includePhone: true },
+      { userName: 'searcher', pageSize: 5, pageNo: 2 },
+      { userName: 'searcher', pageSize: 5, pageNo: 3 },
+      { fullName: 'nobody' },
+    ];
+    for (const search of searches) {
+      const body = { pageNo: 1, pageSize: 10, ...search };
+      const n = pool().stats.reads;
+      const threaded = await ok(t.post('/v1/Account/GetAccounts', body));
+      expect(pool().stats.reads, JSON.stringify(search)).toBeGreaterThan(n);
+      // the same search with no thread to take it: on the main connection
+      const spy = vi.spyOn(pool(), 'all').mockReturnValue(undefined);
+      try {
+        expect(await ok(t.post('/v1/Account/GetAccounts', body)), JSON.stringify(search)).toEqual(threaded);
+      } finally {
+        spy.mockRestore();
+      }
+    }
+    expect((await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10, fullName: 'ann' }))).totalItems).toBe(6);
+    // a search whose thread read fails is read on the main connection
+    const expected = await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10, fullName: 'bob' }));
+    const failing = vi.spyOn(pool(), 'all').mockImplementation(() => Promise.reject(new ReadPoolError('injected', 'SQLITE_READ_FAILED')));
+    try {
+      expect(await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10, fullName: 'bob' }))).toEqual(expected);
+      expect(failing).toHaveBeenCalled();
+    } finally {
+      failing.mockRestore();
+    }
+    // the plain listing (no filter) stays on the main connection: a small read, the message would cost more
+    const n = pool().stats.reads;
+    await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10 }));
+    await ok(t.post('/v1/Account/GetAccounts', { pageNo: 2, pageSize: 5 }));
+    expect(pool().stats.reads).toBe(n);
   });
 
   /** a live thread (one that died in an earlier attempt is started again a second later) */

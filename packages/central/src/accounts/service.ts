@@ -10,7 +10,7 @@ import { ApiError, invalidRequest } from '../errors';
 import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
 import { canManageAccount } from './access';
-import { preparedReader, sqlitePage, SQLITE_LIMIT_OFFSET, type ReadAll } from '../db/prepared-read';
+import { preparedReader, sqlitePage, SQLITE_LIMIT_OFFSET, threadedReader, type ReadAll } from '../db/prepared-read';
 import { AccountFailure } from './route';
 import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
@@ -267,9 +267,12 @@ export class AccountService {
   private readonly log: Logger;
   /** fixed reads prepared once (db/prepared-read.ts): GetAccount's lookups */
   private readonly read: ReadAll;
+  /** a search's reads (GetAccounts with filters): by a read thread where the store has them (SQLite), off the event loop */
+  private readonly searchRead: ReadAll;
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.accounts' });
     this.read = preparedReader(ctx.db);
+    this.searchRead = threadedReader(ctx.db);
   }
 
   /**
@@ -395,7 +398,7 @@ export class AccountService {
 
   /** the number a count text answers (`named`: see ReadAll) */
   private async countOf(text: string, params: readonly unknown[], named: boolean): Promise<number> {
-    return Number((await this.read<{ n: number | string }>(text, params, named))[0]!.n);
+    return Number((await (named ? this.read : this.searchRead)<{ n: number | string }>(text, params, named))[0]!.n);
   }
 
   async getAccounts(
@@ -520,7 +523,7 @@ export class AccountService {
       // sqlitePage writes the LIMIT into the text (see there). Not for later pages: the rows
       // before the page would be read and dropped in JavaScript, which costs more than SQLite's
       // OFFSET on a tenant with many accounts.
-      const page = await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize);
+      const page = await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize, false, !named);
       uids = page.rows.map((r) => r.uid);
       total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named));
     } else {
@@ -537,7 +540,7 @@ export class AccountService {
         const fromEnd = total - offset - size;
         const reverse = fromEnd < offset;
         const dir = reverse ? 'desc' : 'asc';
-        const page = await this.read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} ${SQLITE_LIMIT_OFFSET}`, [...params, size, reverse ? fromEnd : offset], named);
+        const page = await (named ? this.read : this.searchRead)<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} ${SQLITE_LIMIT_OFFSET}`, [...params, size, reverse ? fromEnd : offset], named);
         uids = page.map((r) => r.uid);
         if (reverse) uids.reverse();
       }
@@ -546,7 +549,7 @@ export class AccountService {
     if (fetchedRows) for (const r of fetchedRows) byUid.set(r.uid, r);
     else if (uids.length > 0) {
       // the page's rows by one statement whatever the page's length: the uids as one array parameter
-      const fetched = await this.read<AccountFieldsRow & { pup_name: string | null }>(
+      const fetched = await (named ? this.read : this.searchRead)<AccountFieldsRow & { pup_name: string | null }>(
         engine === 'postgres'
           ? PAGE_ROWS_PG
           : PAGE_ROWS_SQLITE,

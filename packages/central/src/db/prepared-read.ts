@@ -14,6 +14,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery } from 'kysely';
 import type { Db } from './database';
 import { registerPreparedStatement } from './pg-prepared';
+import { ReadPoolError } from './read-pool';
 
 const pgTexts = new Map<string, string>();
 
@@ -103,10 +104,28 @@ function withLimit(text: string, limit: number): string {
  * 42-70 us against 31-52 us) and the page is cut out of them. A page reaching beyond MAX_LITERAL_LIMIT
  * rows is stepped to its end instead. Only for reads whose rows are sorted (ORDER BY; the text
  * must take a LIMIT appended). `raw` true: rows as arrays (see preparedRawReader); 'pluck': each
- * row its one column's value.
+ * row its one column's value. `threaded`: read by a read thread when the store has them (see
+ * threadedReader), for a read heavy enough to be worth the message.
  */
-export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false): Promise<{ rows: R[]; total?: number }> {
+export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false, threaded = false): Promise<{ rows: R[]; total?: number }> {
   const sqlite = db.sqlite!;
+  const end = offset + size;
+  const pool = threaded ? db.readPool : undefined;
+  if (pool && end < MAX_LITERAL_LIMIT) {
+    // `threaded`: a read thread reads it (see threadedReader), else it is read below
+    let limit = 8;
+    while (limit <= end) limit *= 2;
+    const read = pool.all<R>(withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object');
+    if (read) {
+      try {
+        const all = await read;
+        const rows = offset === 0 && all.length <= size ? all : all.slice(offset, end);
+        return all.length < limit ? { rows, total: all.length } : { rows };
+      } catch (e) {
+        if (!(e instanceof ReadPoolError)) throw e;
+      }
+    }
+  }
   if (sqlite.inTransaction) {
     // through Kysely (it waits for the transaction), with LIMIT and OFFSET: the text's rows may be
     // many (a tenant's accounts); a page that is not full and not empty past the first tells the total
@@ -114,7 +133,6 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
     if (raw) rows = rows.map((r) => (raw === 'pluck' ? Object.values(r as object)[0] : Object.values(r as object)) as R);
     return rows.length < size && (rows.length > 0 || offset === 0) ? { rows, total: offset + rows.length } : { rows };
   }
-  const end = offset + size;
   if (end < MAX_LITERAL_LIMIT) {
     // the smallest power of two above the page's end: a read ending exactly there still tells its total
     let limit = 8;
@@ -175,4 +193,28 @@ export function preparedReader(db: Db): ReadAll {
   }
   const pgRead = db.pgRead!;
   return <R>(text: string, params: readonly unknown[], named = true) => pgRead<R>(named ? pgText(text) : numbered(text), params);
+}
+
+/**
+ * SQLite with read threads (db/read-pool.ts): a ReadAll whose statements a read thread runs, off
+ * the event loop (committed rows only), for reads heavy enough that the message to the thread
+ * costs little beside them: a search over a tenant's accounts (milliseconds, where a small read
+ * costs tens of microseconds). A read the pool cannot serve is read as preparedReader reads it.
+ * Without read threads (PostgreSQL, an in-memory store, database.sqliteReadThreads 0): preparedReader.
+ */
+export function threadedReader(db: Db): ReadAll {
+  const local = preparedReader(db);
+  const pool = db.readPool;
+  if (!pool) return local;
+  return async <R>(text: string, params: readonly unknown[], named?: boolean) => {
+    const read = pool.all<R>(text, params);
+    if (read) {
+      try {
+        return await read;
+      } catch (e) {
+        if (!(e instanceof ReadPoolError)) throw e;
+      }
+    }
+    return local<R>(text, params, named);
+  };
 }

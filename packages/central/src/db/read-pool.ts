@@ -2,7 +2,9 @@
 //
 // better-sqlite3 is synchronous: a GetShipments page of 100 among 100,000 holds the event loop
 // for about 250 us of SQL (4 joins, the items' JSON written by SQLite), during which no other
-// request, MQTT message or keepalive is served, and the service's second core stays idle. Here a
+// request, MQTT message or keepalive is served, and the service's second core stays idle; a
+// GetAccounts search over 20,000 accounts holds it for 5-30 ms (`GET /health` waited 64 ms at p50
+// during the search bench's attack, 0 ms with the searches in a thread). Here a
 // worker thread with its own read-only connection runs such reads (db/read-worker.mjs). WAL lets
 // it read beside the one writing connection; it sees committed rows only, never a group-commit
 // batch in progress, and a commit acknowledged before a read was sent is in that read (the WAL
@@ -10,7 +12,7 @@
 //
 // A read the pool cannot serve (no thread: an in-memory store, the setting at 0, a thread that
 // died and is not yet restarted) is the caller's to run on the main connection, as before: page()
-// answers undefined, or its promise rejects with ReadPoolError, and nothing is lost. A thread that
+// and all() answer undefined, or its promise rejects with ReadPoolError, and nothing is lost. A thread that
 // dies is started again at the next read one second later.
 import { Worker } from 'node:worker_threads';
 
@@ -50,7 +52,7 @@ export class ReadPoolError extends Error {
 }
 
 export interface ReadPoolStats {
-  /** reads answered by a thread */
+  /** reads answered by a thread (a page with its total, or one statement's rows) */
   reads: number;
   /** reads a thread failed (the caller read them on the main connection) */
   failed: number;
@@ -58,8 +60,19 @@ export interface ReadPoolStats {
   threadsLost: number;
 }
 
+/** a thread's answer */
+interface Answer {
+  ready?: boolean;
+  id?: number;
+  error?: string;
+  code?: string | null;
+  total?: number;
+  rows?: unknown[];
+  counted?: boolean;
+}
+
 interface Pending {
-  resolve: (r: PageResult) => void;
+  resolve: (m: Answer) => void;
   reject: (e: Error) => void;
 }
 
@@ -82,14 +95,14 @@ class ReadThread {
     };
     this.worker.on('error', die);
     this.worker.on('exit', (code) => die(new Error(`exited with code ${code}`)));
-    this.worker.on('message', (m: { ready?: boolean; id?: number; error?: string; code?: string | null; total?: number; rows?: unknown[]; counted?: boolean }) => {
+    this.worker.on('message', (m: Answer) => {
       if (m.ready) return;
       const p = this.pending.get(m.id!);
       if (!p) return;
       this.pending.delete(m.id!);
       if (this.pending.size === 0) this.worker.unref();
       if (m.error !== undefined) p.reject(new ReadPoolError(`SQLite read thread: ${m.error}${m.code ? ` (${m.code})` : ''}`, 'SQLITE_READ_FAILED'));
-      else p.resolve({ total: m.total!, rows: m.rows!, counted: m.counted! });
+      else p.resolve(m);
     });
   }
 }
@@ -126,23 +139,36 @@ export class SqliteReadPool {
    * the thread failed the read or died with it: the caller reads it on its own connection then.
    */
   page(req: PageRead): Promise<PageResult> | undefined {
+    return this.send<PageResult>({ op: 'page', key: req.key, count: req.count, page: req.page, params: req.params, offset: req.offset, size: req.size }, (m) => ({ total: m.total!, rows: m.rows!, counted: m.counted! }));
+  }
+
+  private send<T>(message: Record<string, unknown>, answer: (m: Answer) => T): Promise<T> | undefined {
     const t = this.pick();
     if (!t) return undefined;
     const id = this.nextId++;
-    return new Promise<PageResult>((resolve, reject) => {
+    return new Promise<T>((resolve, reject) => {
       if (t.pending.size === 0) t.worker.ref();
       t.pending.set(id, {
-        resolve: (r) => {
+        resolve: (m) => {
           this.stats.reads++;
-          resolve(r);
+          resolve(answer(m));
         },
         reject: (e) => {
           this.stats.failed++;
           reject(e);
         },
       });
-      t.worker.postMessage({ op: 'page', id, key: req.key, count: req.count, page: req.page, params: req.params, offset: req.offset, size: req.size });
+      t.worker.postMessage({ ...message, id });
     });
+  }
+
+  /**
+   * The rows of one read statement from a read thread (committed rows only), as objects, arrays
+   * ('raw') or each row's one column ('pluck'); undefined when no thread can take it now. Rejects
+   * with ReadPoolError as page() does: the caller reads it on its own connection then.
+   */
+  all<R>(text: string, params: readonly unknown[], mode: 'object' | 'raw' | 'pluck' = 'object'): Promise<R[]> | undefined {
+    return this.send<R[]>({ op: 'all', text, params, mode }, (m) => m.rows as R[]);
   }
 
   /** the live thread with the fewest reads in flight, starting threads as their slots allow */

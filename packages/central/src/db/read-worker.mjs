@@ -6,6 +6,7 @@
 // A request is a page of an ordered read with its total, in one read transaction (one snapshot):
 // PRAGMA data_version (changes committed by any other connection since this one's last read
 // transaction), the count unless this thread holds it for that version, then the page's rows.
+// Or ('all') the rows of one statement.
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 
@@ -16,14 +17,20 @@ db.pragma(`cache_size = -${workerData.cacheKiB ?? 16384}`);
 const begin = db.prepare('BEGIN');
 const commit = db.prepare('COMMIT');
 const dataVersion = db.prepare('PRAGMA data_version').pluck();
-/** text -> statement, plucking each row's one column (the page) or its one value (the count) */
+/**
+ * mode + text -> statement: 'pluck' each row's one column (a page of items, a count), 'raw' rows as
+ * arrays, 'object' rows as objects
+ */
 const statements = new Map();
-function statement(text) {
-  let st = statements.get(text);
+function statement(text, mode = 'pluck') {
+  const key = mode + text;
+  let st = statements.get(key);
   if (!st) {
     if (statements.size >= 500) statements.clear();
-    st = db.prepare(text).pluck(true);
-    statements.set(text, st);
+    st = db.prepare(text);
+    if (mode === 'pluck') st.pluck(true);
+    else if (mode === 'raw') st.raw(true);
+    statements.set(key, st);
   }
   return st;
 }
@@ -61,9 +68,10 @@ parentPort.on('message', (m) => {
     parentPort.close();
     return;
   }
-  if (m?.op !== 'page') return;
+  if (m?.op !== 'page' && m?.op !== 'all') return;
   try {
-    parentPort.postMessage(page(m));
+    // 'all': the rows of one statement (its own read transaction)
+    parentPort.postMessage(m.op === 'page' ? page(m) : { id: m.id, rows: statement(m.text, m.mode).all(m.params) });
   } catch (err) {
     parentPort.postMessage({ id: m.id, error: String(err?.message ?? err), code: err?.code ?? null });
   }
