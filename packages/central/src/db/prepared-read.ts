@@ -14,7 +14,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery } from 'kysely';
 import type { Db } from './database';
 import { registerPreparedStatement } from './pg-prepared';
-import { ReadPoolError } from './read-pool';
+import { threadAnswer } from './read-pool';
 
 const pgTexts = new Map<string, string>();
 
@@ -115,15 +115,10 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
     // `threaded`: a read thread reads it (see threadedReader), else it is read below
     let limit = 8;
     while (limit <= end) limit *= 2;
-    const read = pool.all<R>(withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object');
-    if (read) {
-      try {
-        const all = await read;
-        const rows = offset === 0 && all.length <= size ? all : all.slice(offset, end);
-        return all.length < limit ? { rows, total: all.length } : { rows };
-      } catch (e) {
-        if (!(e instanceof ReadPoolError)) throw e;
-      }
+    const all = await threadAnswer(pool.all<R>(withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object'));
+    if (all) {
+      const rows = offset === 0 && all.length <= size ? all : all.slice(offset, end);
+      return all.length < limit ? { rows, total: all.length } : { rows };
     }
   }
   if (sqlite.inTransaction) {
@@ -206,15 +201,5 @@ export function threadedReader(db: Db): ReadAll {
   const local = preparedReader(db);
   const pool = db.readPool;
   if (!pool) return local;
-  return async <R>(text: string, params: readonly unknown[], named?: boolean) => {
-    const read = pool.all<R>(text, params);
-    if (read) {
-      try {
-        return await read;
-      } catch (e) {
-        if (!(e instanceof ReadPoolError)) throw e;
-      }
-    }
-    return local<R>(text, params, named);
-  };
+  return async <R>(text: string, params: readonly unknown[], named?: boolean) => (await threadAnswer(pool.all<R>(text, params))) ?? local<R>(text, params, named);
 }

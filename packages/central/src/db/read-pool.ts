@@ -51,6 +51,20 @@ export class ReadPoolError extends Error {
   }
 }
 
+/**
+ * What a read thread answered, or undefined when it could not serve the read (no thread could take
+ * it, or ReadPoolError): the caller then reads it on its own connection. Any other error is thrown.
+ */
+export async function threadAnswer<T>(read: Promise<T> | undefined): Promise<T | undefined> {
+  if (!read) return undefined;
+  try {
+    return await read;
+  } catch (e) {
+    if (e instanceof ReadPoolError) return undefined;
+    throw e;
+  }
+}
+
 export interface ReadPoolStats {
   /** reads answered by a thread (a page with its total, or one statement's rows) */
   reads: number;

@@ -7,7 +7,7 @@ import type { Db } from '../db/database';
 import { itemOrRow, jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
 import { registerPreparedStatement } from '../db/pg-prepared';
 import { rawStatement, SQLITE_LIMIT_OFFSET } from '../db/prepared-read';
-import { ReadPoolError } from '../db/read-pool';
+import { threadAnswer } from '../db/read-pool';
 import type { JsonText } from '../http/serializer';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
@@ -422,15 +422,8 @@ export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalI
   if (pool) {
     // a read thread (db/read-pool.ts): the total and the page in one snapshot of committed rows,
     // off the event loop; a read it cannot serve is read below on the main connection
-    const read = pool.page({ key: shapeOf(f) + JSON.stringify(params), count: q.count, page: q.page, params, offset, size: f.pageSize });
-    if (read) {
-      try {
-        const { total, rows } = await read;
-        return { totalItems: total, items: pageItems(rows.length, (i) => rows[i] as string) };
-      } catch (e) {
-        if (!(e instanceof ReadPoolError)) throw e;
-      }
-    }
+    const read = await threadAnswer(pool.page({ key: shapeOf(f) + JSON.stringify(params), count: q.count, page: q.page, params, offset, size: f.pageSize }));
+    if (read) return { totalItems: read.total, items: pageItems(read.rows.length, (i) => read.rows[i] as string) };
   }
   const sqlite = db.sqlite!;
   if (!sqlite.inTransaction) return sqliteList(sqlite, q, f, params, offset);
