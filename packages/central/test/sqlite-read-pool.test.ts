@@ -112,6 +112,8 @@ describe('SQLite read threads', () => {
       { fullName: 'ann' },
       { fullName: 'ann search1' },
       { emailAddress: 'searcher1', includePhone: true },
+      { userName: 'searcher', pageSize: 5 },
+      { userName: 'searcher', pageSize: 12 },
       { userName: 'searcher', pageSize: 5, pageNo: 2 },
       { userName: 'searcher', pageSize: 5, pageNo: 3 },
       { fullName: 'nobody' },
@@ -119,20 +121,24 @@ describe('SQLite read threads', () => {
     for (const search of searches) {
       const body = { pageNo: 1, pageSize: 10, ...search };
       const n = pool().stats.reads;
+      const searches0 = vi.spyOn(pool(), 'search');
       const threaded = await ok(t.post('/v1/Account/GetAccounts', body));
-      expect(pool().stats.reads, JSON.stringify(search)).toBeGreaterThan(n);
+      // the page and its total by one thread read, the page's rows (if any) by another
+      expect(searches0).toHaveBeenCalledTimes(1);
+      searches0.mockRestore();
+      expect(pool().stats.reads - n, JSON.stringify(search)).toBe(threaded.items.length > 0 ? 2 : 1);
       // the same search with no thread to take it: on the main connection
-      const spy = vi.spyOn(pool(), 'all').mockReturnValue(undefined);
+      const spies = [vi.spyOn(pool(), 'search').mockReturnValue(undefined), vi.spyOn(pool(), 'all').mockReturnValue(undefined)];
       try {
         expect(await ok(t.post('/v1/Account/GetAccounts', body)), JSON.stringify(search)).toEqual(threaded);
       } finally {
-        spy.mockRestore();
+        for (const spy of spies) spy.mockRestore();
       }
     }
     expect((await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10, fullName: 'ann' }))).totalItems).toBe(6);
     // a search whose thread read fails is read on the main connection
     const expected = await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10, fullName: 'bob' }));
-    const failing = vi.spyOn(pool(), 'all').mockImplementation(() => Promise.reject(new ReadPoolError('injected', 'SQLITE_READ_FAILED')));
+    const failing = vi.spyOn(pool(), 'search').mockImplementation(() => Promise.reject(new ReadPoolError('injected', 'SQLITE_READ_FAILED')));
     try {
       expect(await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10, fullName: 'bob' }))).toEqual(expected);
       expect(failing).toHaveBeenCalled();
@@ -168,6 +174,17 @@ describe('SQLite read threads', () => {
     } finally {
       spy.mockRestore();
     }
+  });
+
+  it('a read whose parameters cannot be sent fails over, and the thread goes on', async () => {
+    await threadUp();
+    const failed = pool().stats.failed;
+    const r = pool().page({ key: 'k', count: 'select 1', page: 'select 1 limit ? offset ?', params: [() => 1], offset: 0, size: 1 });
+    await expect(r).rejects.toMatchObject({ code: 'SQLITE_READ_FAILED' });
+    expect(pool().stats.failed).toBe(failed + 1);
+    const n = pool().stats.reads;
+    expect((await listShipments(t.ctx.db, filter({ active: true }))).totalItems).toBeGreaterThan(0);
+    expect(pool().stats.reads).toBe(n + 1);
   });
 
   it('a thread that dies with reads in flight loses none of them, and is started again', async () => {

@@ -11,6 +11,7 @@ import { fromBool, toBool } from '../db/database';
 import { newUid, toDbTime } from '../ids';
 import { canManageAccount } from './access';
 import { preparedReader, sqlitePage, SQLITE_LIMIT_OFFSET, threadedReader, type ReadAll } from '../db/prepared-read';
+import { threadAnswer } from '../db/read-pool';
 import { AccountFailure } from './route';
 import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
@@ -267,7 +268,7 @@ export class AccountService {
   private readonly log: Logger;
   /** fixed reads prepared once (db/prepared-read.ts): GetAccount's lookups */
   private readonly read: ReadAll;
-  /** a search's reads (GetAccounts with filters): by a read thread where the store has them (SQLite), off the event loop */
+  /** a search page's rows (GetAccounts with filters): by a read thread where the store has them (SQLite), off the event loop */
   private readonly searchRead: ReadAll;
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.accounts' });
@@ -398,7 +399,7 @@ export class AccountService {
 
   /** the number a count text answers (`named`: see ReadAll) */
   private async countOf(text: string, params: readonly unknown[], named: boolean): Promise<number> {
-    return Number((await (named ? this.read : this.searchRead)<{ n: number | string }>(text, params, named))[0]!.n);
+    return Number((await this.read<{ n: number | string }>(text, params, named))[0]!.n);
   }
 
   async getAccounts(
@@ -482,6 +483,7 @@ export class AccountService {
     let total: number;
     let uids: string[];
     let fetchedRows: (AccountFieldsRow & { pup_name: string | null })[] | null = null;
+    let searched: { total: number; rows: unknown[] } | undefined;
     if (engine === 'postgres') {
       // One statement, one round trip: the matches are scanned once (hash semi-join with the
       // tenant's links), the total counted over all of them, only the page's uids sorted out of
@@ -515,6 +517,13 @@ export class AccountService {
       fetchedRows = page.rows;
       uids = page.rows.map((r) => r.uid);
       total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named));
+    } else if (!named && (searched = await threadAnswer(this.ctx.db.readPool?.search({ count: countText, asc: `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, desc: `select a.uid ${from} order by a.user_name_key desc, a.uid desc`, params, offset, size: b.pageSize })))) {
+      // SQLite with read threads (db/read-pool.ts): a search's page of uids and its total, read as
+      // below but by a read thread, off the event loop (a search costs milliseconds), in one
+      // snapshot; the page's rows by threadedReader (below). A search the pool cannot serve is read
+      // below on the main connection.
+      total = searched.total;
+      uids = searched.rows as string[];
     } else if (offset === 0) {
       // SQLite, the first page of a search: the page's uids first, walking the narrow covering
       // index accounts_search in the answer's order (or the index the planner prefers for the
@@ -523,7 +532,7 @@ export class AccountService {
       // sqlitePage writes the LIMIT into the text (see there). Not for later pages: the rows
       // before the page would be read and dropped in JavaScript, which costs more than SQLite's
       // OFFSET on a tenant with many accounts.
-      const page = await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize, false, !named);
+      const page = await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize);
       uids = page.rows.map((r) => r.uid);
       total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named));
     } else {
@@ -540,7 +549,7 @@ export class AccountService {
         const fromEnd = total - offset - size;
         const reverse = fromEnd < offset;
         const dir = reverse ? 'desc' : 'asc';
-        const page = await (named ? this.read : this.searchRead)<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} ${SQLITE_LIMIT_OFFSET}`, [...params, size, reverse ? fromEnd : offset], named);
+        const page = await this.read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} ${SQLITE_LIMIT_OFFSET}`, [...params, size, reverse ? fromEnd : offset], named);
         uids = page.map((r) => r.uid);
         if (reverse) uids.reverse();
       }

@@ -104,23 +104,11 @@ function withLimit(text: string, limit: number): string {
  * 42-70 us against 31-52 us) and the page is cut out of them. A page reaching beyond MAX_LITERAL_LIMIT
  * rows is stepped to its end instead. Only for reads whose rows are sorted (ORDER BY; the text
  * must take a LIMIT appended). `raw` true: rows as arrays (see preparedRawReader); 'pluck': each
- * row its one column's value. `threaded`: read by a read thread when the store has them (see
- * threadedReader), for a read heavy enough to be worth the message.
+ * row its one column's value.
  */
-export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false, threaded = false): Promise<{ rows: R[]; total?: number }> {
+export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false): Promise<{ rows: R[]; total?: number }> {
   const sqlite = db.sqlite!;
   const end = offset + size;
-  const pool = threaded ? db.readPool : undefined;
-  if (pool && end < MAX_LITERAL_LIMIT) {
-    // `threaded`: a read thread reads it (see threadedReader), else it is read below
-    let limit = 8;
-    while (limit <= end) limit *= 2;
-    const all = await threadAnswer(pool.all<R>(withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object'));
-    if (all) {
-      const rows = offset === 0 && all.length <= size ? all : all.slice(offset, end);
-      return all.length < limit ? { rows, total: all.length } : { rows };
-    }
-  }
   if (sqlite.inTransaction) {
     // through Kysely (it waits for the transaction), with LIMIT and OFFSET: the text's rows may be
     // many (a tenant's accounts); a page that is not full and not empty past the first tells the total

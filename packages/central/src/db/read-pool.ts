@@ -172,7 +172,15 @@ export class SqliteReadPool {
           reject(e);
         },
       });
-      t.worker.postMessage({ ...message, id });
+      try {
+        t.worker.postMessage({ ...message, id });
+      } catch (err) {
+        // a value the message cannot carry: this read fails over, the thread goes on
+        t.pending.delete(id);
+        if (t.pending.size === 0) t.worker.unref();
+        this.stats.failed++;
+        reject(new ReadPoolError(`SQLite read thread: the read could not be sent (${(err as Error).message})`, 'SQLITE_READ_FAILED'));
+      }
     });
   }
 
@@ -185,6 +193,15 @@ export class SqliteReadPool {
     return this.send<R[]>({ op: 'all', text, params, mode }, (m) => m.rows as R[]);
   }
 
+  /**
+   * A page of a search's matches (each row's one column, in `asc` order) and its total, in one
+   * snapshot (read-worker.mjs search): `asc` and `desc` are the matches' SELECT ordered both ways,
+   * without LIMIT; `count` counts them. Undefined or ReadPoolError as page().
+   */
+  search(req: { count: string; asc: string; desc: string; params: readonly unknown[]; offset: number; size: number }): Promise<{ total: number; rows: unknown[] }> | undefined {
+    return this.send({ op: 'search', ...req }, (m) => ({ total: m.total!, rows: m.rows! }));
+  }
+
   /** the live thread with the fewest reads in flight, starting threads as their slots allow */
   private pick(): ReadThread | undefined {
     if (this.stopped) return undefined;
@@ -194,22 +211,36 @@ export class SqliteReadPool {
       let t = this.threads[i];
       if (!t) {
         if (now < this.restartAt[i]!) continue;
-        t = this.threads[i] = new ReadThread(this.file, (dead, err) => {
-          if (this.threads[i] === dead) this.threads[i] = null;
-          this.restartAt[i] = Date.now() + RESTART_MS;
-          if (this.stopped) return;
-          this.stats.threadsLost++;
-          try {
-            this.opts.onThreadLost?.(err);
-          } catch {
-            /* the caller's handler must not take the process down */
-          }
-        });
+        try {
+          t = this.threads[i] = this.start(i);
+        } catch (err) {
+          // the thread could not even be created: its reads go to the main connection meanwhile
+          this.restartAt[i] = now + RESTART_MS;
+          this.lost(err as Error);
+          continue;
+        }
       }
       if (!best || t.pending.size < best.pending.size) best = t;
       if (best.pending.size === 0) break;
     }
     return best;
+  }
+
+  private start(i: number): ReadThread {
+    return new ReadThread(this.file, (dead, err) => {
+      if (this.threads[i] === dead) this.threads[i] = null;
+      this.restartAt[i] = Date.now() + RESTART_MS;
+      if (!this.stopped) this.lost(err);
+    });
+  }
+
+  private lost(err: Error): void {
+    this.stats.threadsLost++;
+    try {
+      this.opts.onThreadLost?.(err);
+    } catch {
+      /* the caller's handler must not take the process down */
+    }
   }
 
   async stop(): Promise<void> {

@@ -6,7 +6,8 @@
 // A request is a page of an ordered read with its total, in one read transaction (one snapshot):
 // PRAGMA data_version (changes committed by any other connection since this one's last read
 // transaction), the count unless this thread holds it for that version, then the page's rows.
-// Or ('all') the rows of one statement.
+// Or ('search') a page of a search's matches with its total, in one read transaction; or ('all')
+// the rows of one statement.
 import { parentPort, workerData } from 'node:worker_threads';
 import Database from 'better-sqlite3';
 
@@ -62,16 +63,47 @@ function page(m) {
   }
 }
 
+/**
+ * A page of a search's matches (their one column, e.g. uids) and its total, in one read
+ * transaction, as the main connection reads it (accounts/service.ts getAccounts): the first page
+ * with a literal LIMIT, the power of two above the page (a read that ends before it tells the
+ * total; a full page is counted); a later page after the count, walking from the nearer end
+ * (`desc`, the rows reversed) so that no page walks more than half the matches.
+ */
+function search(m) {
+  begin.run();
+  try {
+    if (m.offset === 0) {
+      let limit = 8;
+      while (limit <= m.size) limit *= 2;
+      const all = statement(`${m.asc} limit ${limit}`).all(m.params);
+      const rows = all.length <= m.size ? all : all.slice(0, m.size);
+      const total = all.length < limit ? all.length : rows.length < m.size ? rows.length : Number(statement(m.count).get(m.params));
+      return { id: m.id, total, rows };
+    }
+    const total = Number(statement(m.count).get(m.params));
+    if (m.offset >= total) return { id: m.id, total, rows: [] };
+    const size = Math.min(m.size, total - m.offset);
+    const fromEnd = total - m.offset - size;
+    const reverse = fromEnd < m.offset;
+    const rows = statement(`${reverse ? m.desc : m.asc} limit ? + 0 offset ? + 0`).all([...m.params, size, reverse ? fromEnd : m.offset]);
+    if (reverse) rows.reverse();
+    return { id: m.id, total, rows };
+  } finally {
+    commit.run();
+  }
+}
+
 parentPort.on('message', (m) => {
   if (m?.op === 'stop') {
     db.close();
     parentPort.close();
     return;
   }
-  if (m?.op !== 'page' && m?.op !== 'all') return;
+  if (m?.op !== 'page' && m?.op !== 'search' && m?.op !== 'all') return;
   try {
     // 'all': the rows of one statement (its own read transaction)
-    parentPort.postMessage(m.op === 'page' ? page(m) : { id: m.id, rows: statement(m.text, m.mode).all(m.params) });
+    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : { id: m.id, rows: statement(m.text, m.mode).all(m.params) });
   } catch (err) {
     parentPort.postMessage({ id: m.id, error: String(err?.message ?? err), code: err?.code ?? null });
   }
