@@ -24,7 +24,7 @@ import { JsonText } from '../src/http/serializer';
  * after the transaction) with the shipment still there and the total unchanged: the uncommitted
  * write is never read.
  */
-async function notListedUncommitted(t: TestService, list: () => ReturnType<typeof listShipments>, shipmentUid: string, total: number) {
+async function notListedUncommitted(t: TestService, list: () => ReturnType<typeof listShipments>, shipmentUid: string, total: number, answersAtOnce: boolean) {
   let release!: () => void;
   const held = new Promise<void>((r) => (release = r));
   let written!: () => void;
@@ -39,8 +39,11 @@ async function notListedUncommitted(t: TestService, list: () => ReturnType<typeo
     })
     .catch((e: Error) => e.message);
   await inTx;
-  const listing = list();
+  let settled = false;
+  const listing = list().finally(() => (settled = true));
   await new Promise((r) => setTimeout(r, 50));
+  // a read thread answers while the transaction is still open; the main connection waits for it
+  expect(settled).toBe(answersAtOnce);
   release();
   expect(await tx).toBe('rolled back');
   const r = await listing;
@@ -101,7 +104,7 @@ describe('SQLite read threads', () => {
     expect(JSON.stringify(after.items[0])).toContain(b.shipmentUid);
 
     // a write in progress, rolled back in the end: never in a listing
-    await notListedUncommitted(t, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })), b.shipmentUid, after.totalItems);
+    await notListedUncommitted(t, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })), b.shipmentUid, after.totalItems, true);
   });
 
   it('GetAccounts searches are read by the thread, with the answers of the main connection; the plain listing is not', async () => {
@@ -158,6 +161,18 @@ describe('SQLite read threads', () => {
       await listShipments(t.ctx.db, filter());
       return pool().workers().length === 1;
     }, 'a live read thread');
+
+  it('a total is counted once while nothing is committed, and again after any commit', async () => {
+    await threadUp();
+    const q = { key: 'totals-test', count: 'select count(*) from shipments where active = ?', page: 'select uid from shipments where active = ? order by uid limit ? offset ?', params: [1], offset: 0, size: 2 };
+    const first = await pool().page(q)!;
+    const again = await pool().page(q)!;
+    expect(again).toEqual({ ...first, counted: false });
+    await sql`insert into settings (key, value) values ('totals-test', '1')`.execute(t.ctx.db.kysely);
+    const afterCommit = await pool().page(q)!;
+    expect(afterCommit.counted).toBe(true);
+    expect(afterCommit.total).toBe(first.total);
+  });
 
   it('a read the thread fails is read on the main connection', async () => {
     await threadUp();
@@ -237,6 +252,6 @@ describe('SQLite read threads off', () => {
     const tenantUid = (await t.ctx.db.kysely.selectFrom('tenants').select('uid').where('client_id', '=', 'tenant-a').executeTakeFirstOrThrow()).uid;
     const list = () => listShipments(t.ctx.db, { tenantUid, typeCode: null, active: true, sortBy: 'CreatedDesc', pageNo: 1, pageSize: 100 });
     const before = await list();
-    await notListedUncommitted(t, list, b.shipmentUid, before.totalItems);
+    await notListedUncommitted(t, list, b.shipmentUid, before.totalItems, false);
   });
 });
