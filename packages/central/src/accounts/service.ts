@@ -521,7 +521,8 @@ export class AccountService {
       // SQLite with read threads (db/read-pool.ts): a search's page of uids and its total, read as
       // below but by a read thread, off the event loop (a search costs milliseconds), in one
       // snapshot; the page's rows by threadedReader (below). A search the pool cannot serve is read
-      // below on the main connection.
+      // below on the main connection. read-worker.mjs search() reads as the two branches below
+      // do: change them together.
       total = searched.total;
       uids = searched.rows as string[];
     } else if (offset === 0) {

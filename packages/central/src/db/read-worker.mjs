@@ -68,7 +68,8 @@ function page(m) {
  * transaction, as the main connection reads it (accounts/service.ts getAccounts): the first page
  * with a literal LIMIT, the power of two above the page (a read that ends before it tells the
  * total; a full page is counted); a later page after the count, walking from the nearer end
- * (`desc`, the rows reversed) so that no page walks more than half the matches.
+ * (`desc`, the rows reversed) so that no page walks more than half the matches. Keep it in step
+ * with getAccounts' SQLite branches, which read the same way on the main connection.
  */
 function search(m) {
   begin.run();
