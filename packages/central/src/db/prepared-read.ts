@@ -108,7 +108,6 @@ function withLimit(text: string, limit: number): string {
  */
 export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false): Promise<{ rows: R[]; total?: number }> {
   const sqlite = db.sqlite!;
-  const end = offset + size;
   if (sqlite.inTransaction) {
     // through Kysely (it waits for the transaction), with LIMIT and OFFSET: the text's rows may be
     // many (a tenant's accounts); a page that is not full and not empty past the first tells the total
@@ -116,6 +115,7 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
     if (raw) rows = rows.map((r) => (raw === 'pluck' ? Object.values(r as object)[0] : Object.values(r as object)) as R);
     return rows.length < size && (rows.length > 0 || offset === 0) ? { rows, total: offset + rows.length } : { rows };
   }
+  const end = offset + size;
   if (end < MAX_LITERAL_LIMIT) {
     // the smallest power of two above the page's end: a read ending exactly there still tells its total
     let limit = 8;

@@ -185,12 +185,12 @@ export class SqliteReadPool {
   }
 
   /**
-   * The rows of one read statement from a read thread (committed rows only), as objects, arrays
-   * ('raw') or each row's one column ('pluck'); undefined when no thread can take it now. Rejects
-   * with ReadPoolError as page() does: the caller reads it on its own connection then.
+   * The rows of one read statement, as objects, from a read thread (committed rows only);
+   * undefined when no thread can take it now. Rejects with ReadPoolError as page() does: the
+   * caller reads it on its own connection then.
    */
-  all<R>(text: string, params: readonly unknown[], mode: 'object' | 'raw' | 'pluck' = 'object'): Promise<R[]> | undefined {
-    return this.send<R[]>({ op: 'all', text, params, mode }, (m) => m.rows as R[]);
+  all<R>(text: string, params: readonly unknown[]): Promise<R[]> | undefined {
+    return this.send<R[]>({ op: 'all', text, params }, (m) => m.rows as R[]);
   }
 
   /**

@@ -19,19 +19,19 @@ const begin = db.prepare('BEGIN');
 const commit = db.prepare('COMMIT');
 const dataVersion = db.prepare('PRAGMA data_version').pluck();
 /**
- * mode + text -> statement: 'pluck' each row's one column (a page of items, a count), 'raw' rows as
- * arrays, 'object' rows as objects
+ * text -> statement, by mode: 'pluck' each row's one column (a page of items or uids, a count),
+ * 'object' rows as objects ('all'). A map per mode: the text itself is the key (no key string
+ * built per read).
  */
-const statements = new Map();
+const statements = { pluck: new Map(), object: new Map() };
 function statement(text, mode = 'pluck') {
-  const key = mode + text;
-  let st = statements.get(key);
+  const cache = statements[mode];
+  let st = cache.get(text);
   if (!st) {
-    if (statements.size >= 500) statements.clear();
+    if (cache.size >= 500) cache.clear();
     st = db.prepare(text);
     if (mode === 'pluck') st.pluck(true);
-    else if (mode === 'raw') st.raw(true);
-    statements.set(key, st);
+    cache.set(text, st);
   }
   return st;
 }
@@ -104,7 +104,7 @@ parentPort.on('message', (m) => {
   if (m?.op !== 'page' && m?.op !== 'search' && m?.op !== 'all') return;
   try {
     // 'all': the rows of one statement (its own read transaction)
-    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : { id: m.id, rows: statement(m.text, m.mode).all(m.params) });
+    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : { id: m.id, rows: statement(m.text, 'object').all(m.params) });
   } catch (err) {
     parentPort.postMessage({ id: m.id, error: String(err?.message ?? err), code: err?.code ?? null });
   }
