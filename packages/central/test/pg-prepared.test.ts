@@ -2,13 +2,17 @@
 // on the connection that runs it (PostgreSQL lists it in pg_prepared_statements, once however
 // often it runs); with database.pgPreparedStatements false nothing is prepared. Other statements
 // stay unnamed either way. A transaction's BEGIN goes with its first statement: one round trip
-// less (counted in ReadyForQuery messages), with the same outcomes, errors included.
+// less (counted in ReadyForQuery messages), with the same outcomes, errors included. A statement
+// held for COMMIT (rawQueryAtCommit) is written with it: one round trip less again; its failure
+// fails the COMMIT (nothing of the transaction stays), a rollback never writes it, and any
+// statement after it writes it first.
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CompiledQuery, sql } from 'kysely';
 import pg from 'pg';
 import { openDatabase, type Db } from '../src/db/database';
-import { registerPreparedStatement } from '../src/db/pg-prepared';
+import { AtCommit, AtCommitDropped, registerPreparedStatement } from '../src/db/pg-prepared';
+import { rawQuery, rawQueryAtCommit } from '../src/shipments/sqlq';
 import { pgUrl } from './support/harness';
 
 const url = pgUrl();
@@ -176,6 +180,126 @@ describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', ()
 
   it('a transaction that sends no statement costs no round trip', async () => {
     expect(await roundTrips(() => db.kysely.transaction().execute(async () => 'nothing'))).toBe(0);
+  });
+});
+
+describe.skipIf(!url)('a statement held for COMMIT (rawQueryAtCommit)', () => {
+  let db: Db;
+  let rfq = 0;
+  const table = `${schema}.held_t`;
+  const INSERT = `INSERT INTO ${table} (k, v) VALUES (?, ?) RETURNING k`;
+  afterAll(async () => db?.close());
+
+  async function roundTrips(fn: () => Promise<unknown>): Promise<number> {
+    const before = rfq;
+    await fn();
+    return rfq - before;
+  }
+  const rows = async () => (await db.pool!.query<{ k: number; v: string }>(`SELECT k, v FROM ${table} ORDER BY k`)).rows;
+  const idle = async () => {
+    const client = await db.pool!.connect();
+    try {
+      return (client as unknown as { getTransactionStatus(): string }).getTransactionStatus();
+    } finally {
+      client.release();
+    }
+  };
+
+  beforeAll(async () => {
+    db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
+    await db.pool!.query(`CREATE TABLE IF NOT EXISTS ${table} (k int primary key, v text)`);
+    const client = await db.pool!.connect();
+    (client as unknown as { connection: { on(e: string, f: () => void): void } }).connection.on('readyForQuery', () => rfq++);
+    client.release();
+    // the INSERT parsed on the one connection (a named statement's first run takes a BEGIN of its own)
+    await db.kysely.transaction().execute((trx) => rawQuery(trx, db, INSERT, [0, 'parsed']));
+    await db.pool!.query(`DELETE FROM ${table}`);
+  });
+
+  it('after a first statement: written with the COMMIT (two round trips, not three), both rows committed, its answer its rows', async () => {
+    let answer: Promise<{ rows: { k: number }[]; numAffectedRows: number }> | undefined;
+    const n = await roundTrips(() =>
+      db.kysely.transaction().execute(async (trx) => {
+        await rawQuery(trx, db, INSERT, [1, 'first']);
+        answer = (await rawQueryAtCommit<{ k: number }>(trx, db, INSERT, [2, 'held'])).answer;
+      }),
+    );
+    expect(n).toBe(2);
+    expect(await answer).toEqual({ rows: [{ k: 2 }], numAffectedRows: 1 });
+    expect(await rows()).toEqual([
+      { k: 1, v: 'first' },
+      { k: 2, v: 'held' },
+    ]);
+  });
+
+  it("the transaction's only statement: BEGIN, it and COMMIT in one round trip", async () => {
+    let answer: Promise<unknown> | undefined;
+    const n = await roundTrips(() =>
+      db.kysely.transaction().execute(async (trx) => {
+        answer = (await rawQueryAtCommit(trx, db, INSERT, [3, 'alone'])).answer; // (returned, the job would wait for the COMMIT: never)
+      }),
+    );
+    expect(n).toBe(1);
+    expect(await answer).toEqual({ rows: [{ k: 3 }], numAffectedRows: 1 });
+    expect((await rows()).map((r) => r.k)).toEqual([1, 2, 3]);
+  });
+
+  it('it fails (a duplicate key): the COMMIT fails with its error, nothing of the transaction stays, the connection idle and usable', async () => {
+    let answer: Promise<unknown> | undefined;
+    const err = (await db.kysely
+      .transaction()
+      .execute(async (trx) => {
+        await rawQuery(trx, db, INSERT, [4, 'rolled back']);
+        answer = (await rawQueryAtCommit(trx, db, INSERT, [1, 'duplicate'])).answer;
+        return 'the job ended well';
+      })
+      .catch((e: unknown) => e)) as { code?: string };
+    expect(err.code).toBe('23505');
+    expect(((await answer!.catch((e: unknown) => e)) as { code?: string }).code).toBe('23505');
+    expect((await rows()).map((r) => r.k)).toEqual([1, 2, 3]);
+    expect(await idle()).toBe('I');
+  });
+
+  it('the job fails after holding it: rolled back, it is never written, its answer fails with AtCommitDropped', async () => {
+    let answer: Promise<unknown> | undefined;
+    const n = await roundTrips(() =>
+      db.kysely
+        .transaction()
+        .execute(async (trx) => {
+          answer = (await rawQueryAtCommit(trx, db, INSERT, [5, 'never'])).answer;
+          throw new Error('job failed');
+        })
+        .catch((e: Error) => expect(e.message).toBe('job failed')),
+    );
+    expect(n).toBe(0); // held BEGIN and held statement: nothing reached the server
+    expect(await answer!.catch((e: unknown) => e)).toBeInstanceOf(AtCommitDropped);
+    expect((await rows()).map((r) => r.k)).toEqual([1, 2, 3]);
+  });
+
+  it('a statement after it (another held one too) writes it first: the later statements see its row, all committed', async () => {
+    const answers: Promise<unknown>[] = [];
+    let seen = -1;
+    await db.kysely.transaction().execute(async (trx) => {
+      answers.push((await rawQueryAtCommit(trx, db, INSERT, [6, 'held first'])).answer);
+      seen = (await rawQuery<{ n: number }>(trx, db, `SELECT count(*)::int AS n FROM ${table} WHERE k = 6`, [])).rows[0]!.n;
+      answers.push((await rawQueryAtCommit(trx, db, INSERT, [7, 'held second'])).answer);
+      answers.push((await rawQueryAtCommit(trx, db, INSERT, [8, 'held third'])).answer);
+    });
+    expect(seen).toBe(1);
+    expect(await Promise.all(answers)).toEqual([6, 7, 8].map((k) => ({ rows: [{ k }], numAffectedRows: 1 })));
+    expect((await rows()).map((r) => r.k)).toEqual([1, 2, 3, 6, 7, 8]);
+  });
+
+  it('held on a connection that goes back to the pool without COMMIT or ROLLBACK: never written, dropped at the next checkout', async () => {
+    const at = new AtCommit();
+    await db.kysely.connection().execute((c) => c.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [9, 'lost', at])));
+    await db.kysely.connection().execute((c) => c.executeQuery(CompiledQuery.raw('SELECT 1')));
+    expect(await at.promise.catch((e: unknown) => e)).toBeInstanceOf(AtCommitDropped);
+    // and by pool.query (a callback query on the same client), which never writes it either
+    const at2 = new AtCommit();
+    await db.kysely.connection().execute((c) => c.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [10, 'lost', at2])));
+    expect((await rows()).map((r) => r.k)).toEqual([1, 2, 3, 6, 7, 8]);
+    expect(await at2.promise.catch((e: unknown) => e)).toBeInstanceOf(AtCommitDropped);
   });
 });
 

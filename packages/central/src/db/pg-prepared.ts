@@ -104,9 +104,12 @@ export class PgStatement {
     readonly name: string | undefined,
     private readonly mode: AnswerMode,
     begin = false,
+    private readonly commit = false,
   ) {
     this.beginDone = !begin;
   }
+  /** with `commit`: the statement's own CommandComplete has come (the next one is COMMIT's) */
+  private statementDone = false;
 
   submit(connection: SubmitConnection): Error | null {
     const name = this.name;
@@ -141,6 +144,11 @@ export class PgStatement {
         this.described = true;
       }
       connection.execute({});
+      if (this.commit) {
+        connection.parse({ text: 'COMMIT' });
+        connection.bind({});
+        connection.execute({});
+      }
       connection.sync();
     } finally {
       connection.stream.uncork?.();
@@ -182,6 +190,8 @@ export class PgStatement {
       this.beginDone = true; // BEGIN's
       return;
     }
+    if (this.statementDone) return; // COMMIT's
+    this.statementDone = this.commit;
     const m = COMMAND_TAG.exec(msg.text ?? '');
     if (m) {
       this.command = m[1]!;
@@ -243,7 +253,38 @@ export class LockerPostgresDriver extends PostgresDriver {
   }
 }
 
+/**
+ * The last parameter of a statement to be written with its transaction's COMMIT (sqlq.ts
+ * rawQueryAtCommit): the pooled client (patch) answers Kysely at once with no rows and holds the
+ * statement back; COMMIT then writes it, and COMMIT, in one round trip (with the transaction's
+ * held-back BEGIN too when it is the transaction's only statement). Its answer, or its error, comes
+ * through `promise` then. Another statement on the transaction first writes it on its own (no
+ * COMMIT); a ROLLBACK drops it (never written) and `promise` fails.
+ */
+export class AtCommit {
+  readonly promise: Promise<unknown>;
+  resolve!: (v: unknown) => void;
+  reject!: (e: unknown) => void;
+  constructor() {
+    this.promise = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+    this.promise.catch(() => {}); // observed by whoever awaits it; a rollback's is nobody's concern
+  }
+}
+
+/** A statement held back for COMMIT (AtCommit) was dropped by a ROLLBACK or a new checkout of its client. */
+export class AtCommitDropped extends Error {
+  readonly code = 'AT_COMMIT_DROPPED';
+  constructor(why: string) {
+    super(`a statement held back for COMMIT was not written: ${why}`);
+  }
+}
+
 const PATCHED = Symbol('locker.prepared');
+/** the statement held back for COMMIT on this client (AtCommit) */
+const HELD = Symbol('locker.held');
 /** the client was asked to BEGIN and has not sent it yet (see patch) */
 const BEGIN_PENDING = Symbol('locker.beginPending');
 
@@ -262,27 +303,76 @@ interface PgConnection {
  * Each pooled client: a registered text goes by its name (`named`), as a PgStatement (no Describe
  * once its shape is known); and a transaction's BEGIN (BEGIN_WITH_FIRST_STATEMENT, from
  * LockerPostgresDriver) is held back and written with the transaction's first statement (a
- * PgStatement with `begin`), which saves a round trip per transaction (a booking is then three:
- * BEGIN with the locker taken, the shipment's rows, COMMIT). A transaction that sends no statement
- * commits or rolls back without a word to the server. A first statement without values (a
- * SAVEPOINT, a multi-statement text) or a named one not yet parsed on this connection goes after
- * a BEGIN of its own, as before.
+ * PgStatement with `begin`), which saves a round trip per transaction. A statement held for
+ * COMMIT (AtCommit) is written with the COMMIT, which saves another: a booking is two round trips,
+ * BEGIN with the locker taken, then the shipment's rows with COMMIT. A transaction that sends no
+ * statement commits or rolls back without a word to the server. A first statement without values
+ * (a SAVEPOINT, a multi-statement text) or a named one not yet parsed on this connection goes
+ * after a BEGIN of its own, as before.
  */
 function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
-  const c = client as pg.PoolClient & { [PATCHED]?: true; [BEGIN_PENDING]?: boolean; connection?: PgConnection };
-  if (c[PATCHED]) return client;
+  const c = client as pg.PoolClient & { [PATCHED]?: true; [BEGIN_PENDING]?: boolean; [HELD]?: { text: string; values: unknown[]; at: AtCommit }; connection?: PgConnection };
+  if (c[PATCHED]) {
+    // a statement held back by a transaction that ended without COMMIT nor ROLLBACK (its connection was released mid-way)
+    const held = c[HELD];
+    c[HELD] = undefined;
+    held?.at.reject(new AtCommitDropped('its client was released'));
+    return client;
+  }
   const query = client.query.bind(client) as (...a: unknown[]) => Promise<unknown>;
   /** a PgStatement on this client, answered as pg answers a query (Kysely reads command, rowCount and rows) */
-  const statement = (text: string, values: unknown[], name: string | undefined, begin: boolean) =>
+  const statement = (text: string, values: unknown[], name: string | undefined, begin: boolean, commit = false) =>
     new Promise((resolve, reject) => {
-      void query(new PgStatement(text, values, name, 'result', begin), undefined, (err: Error | null, res: unknown) => (err ? reject(err) : resolve(res)));
+      void query(new PgStatement(text, values, name, 'result', begin, commit), undefined, (err: Error | null, res: unknown) => (err ? reject(err) : resolve(res)));
     });
   const send = (text: unknown, values?: unknown, cb?: unknown): unknown => {
     const name = named && typeof text === 'string' ? names.get(text) : undefined;
     if (name && Array.isArray(values) && cb === undefined) return statement(text as string, values, name, false);
     return cb === undefined ? (values === undefined ? query(text) : query(text, values)) : query(text, values, cb);
   };
-  (c as { query: unknown }).query = (text: unknown, values?: unknown, cb?: unknown) => {
+  (c as { query: unknown }).query = (text: unknown, values?: unknown, cb?: unknown): unknown => {
+    const held = c[HELD];
+    if (held) {
+      c[HELD] = undefined;
+      if (cb === undefined && text === COMMIT) {
+        // the held statement, then COMMIT, in one write (with the BEGIN first when it is still held back)
+        const begin = c[BEGIN_PENDING] === true;
+        c[BEGIN_PENDING] = false;
+        return statement(held.text, held.values, named ? names.get(held.text) : undefined, begin, true).then(
+          (res) => {
+            held.at.resolve(res);
+            return { command: 'COMMIT', rowCount: null, rows: [], fields: [] };
+          },
+          (err: unknown) => {
+            held.at.reject(err);
+            throw err;
+          },
+        );
+      }
+      if (cb === undefined && text === ROLLBACK) held.at.reject(new AtCommitDropped('the transaction rolled back'));
+      // a callback query (pool.query, never a Kysely transaction's): the client went back to the
+      // pool with the statement still held (its transaction never ended); it is not written
+      else if (cb !== undefined) held.at.reject(new AtCommitDropped('its client was released'));
+      else {
+        // any other statement (another held one too): the held one goes first, on its own
+        const again = c.query as unknown as (t: unknown, v?: unknown, cb?: unknown) => unknown;
+        return (again(held.text, held.values) as Promise<unknown>).then(
+          (res) => {
+            held.at.resolve(res);
+            return again(text, values, cb);
+          },
+          (err: unknown) => {
+            held.at.reject(err);
+            throw err;
+          },
+        );
+      }
+    }
+    if (cb === undefined && typeof text === 'string' && Array.isArray(values) && values[values.length - 1] instanceof AtCommit) {
+      // held back for COMMIT; Kysely gets an empty answer now (rawQueryAtCommit reads the real one from the AtCommit)
+      c[HELD] = { text, values: values.slice(0, -1), at: values[values.length - 1] as AtCommit };
+      return done('SELECT');
+    }
     if (cb === undefined && typeof text === 'string' && (values === undefined || (Array.isArray(values) && values.length === 0))) {
       if (text === BEGIN_WITH_FIRST_STATEMENT && !c[BEGIN_PENDING]) {
         c[BEGIN_PENDING] = true;

@@ -40,18 +40,22 @@ const rowParams = (o: CodeOwner, usage: string, type: 'Code' | 'Qr', value: stri
 const insertRows = (n: number) =>
   `INSERT INTO access_codes ${COLS} VALUES ${Array.from({ length: n }, () => ROW).join(', ')} ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING RETURNING uid`;
 const INSERT_N = [0, 1, 2, 3, 4, 5].map(insertRows);
+/** the same without ON CONFLICT: a colliding PIN fails the statement (23505 on access_codes_pin_unique) */
+const INSERT_STRICT_N = [0, 1, 2, 3, 4, 5].map((n) => `INSERT INTO access_codes ${COLS} VALUES ${Array.from({ length: n }, () => ROW).join(', ')} RETURNING uid`);
 
 /**
  * A new shipment's codes in one multi-row INSERT: PIN + Qr for each usage given, and a LinkCode
  * Qr. A PIN that collides with a valid PIN of the PUP is not inserted (RETURNING tells which);
  * only those are retried with new PINs. `exec`: a StatementBatch's run (the first INSERT then
- * travels with the shipment's other rows on PostgreSQL).
+ * travels with the shipment's other rows on PostgreSQL). `strict` (a batch written with the
+ * COMMIT, whose answer comes too late to draw again): a collision fails the statement instead
+ * (23505 on access_codes_pin_unique), and PgTxRunner runs the whole job again with new PINs.
  */
-export async function insertNewShipmentCodes(trx: Trx, db: Db, o: CodeOwner, usages: ('DropOff' | 'PickUp')[], now: string, exec?: Exec): Promise<void> {
+export async function insertNewShipmentCodes(trx: Trx, db: Db, o: CodeOwner, usages: ('DropOff' | 'PickUp')[], now: string, exec?: Exec, strict = false): Promise<void> {
   const run: Exec = exec ?? ((text, params) => rawQuery(trx, db, text, params));
   let pins = usages.map((u) => rowParams(o, u, 'Code', pinSource.next(), now));
   const rows = [...pins, ...usages.map((u) => rowParams(o, u, 'Qr', newQr(), now)), rowParams(o, 'LinkCode', 'Qr', newQr(), now)];
-  let res = await run<{ uid: string }>(INSERT_N[rows.length]!, rows.flat());
+  let res = await run<{ uid: string }>((strict ? INSERT_STRICT_N : INSERT_N)[rows.length]!, rows.flat());
   for (let attempt = 0; res.rows.length < rows.length; attempt++) {
     if (attempt > 50) throw new Error('could not find a free PIN at this pick up point');
     const inserted = new Set(res.rows.map((r) => r.uid));

@@ -605,6 +605,10 @@ export class ShipmentService {
     const batch = new StatementBatch(trx, this.ctx.db);
     const cols = Object.keys(row) as (keyof ShipmentRow)[];
     const chained = row.wait_kind === 'swap' || row.wait_kind === 'circular';
+    // PostgreSQL: that statement is written with the transaction's COMMIT (one round trip less per
+    // booking), unless the job reads on after it (a chained shipment copies codes next). Nothing
+    // here needs its answer: a colliding PIN fails it (strict codes) and the job runs again.
+    const atCommit = this.ctx.db.engine === 'postgres' && !chained;
     const writes: Promise<unknown>[] = [
       batch.run(insertShipmentSql(cols), cols.map((c) => row[c])),
       batch.run('INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)', [
@@ -618,7 +622,7 @@ export class ShipmentService {
         now,
       ]),
       this.emit(trx, row, row.state_code, now, 1, batch.run), // a new shipment: its first event
-      insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), chained ? ['PickUp'] : ['DropOff', 'PickUp'], now, batch.run),
+      insertNewShipmentCodes(trx, this.ctx.db, this.owner(row), chained ? ['PickUp'] : ['DropOff', 'PickUp'], now, batch.run, atCommit),
     ];
     // PostgreSQL: the point's code version travels in the same statement (one round trip less),
     // when it is the first point the job touches (a plain booking's only one). Points the job
@@ -628,6 +632,13 @@ export class ShipmentService {
     if (this.ctx.db.engine === 'postgres' && bumped && bumped.size === 0 && (jobTouched.get(trx)?.size ?? 0) === 0) {
       writes.push(batch.run(BUMP_1, [pupUid]));
       bumped.add(pupUid);
+    }
+    if (atCommit) {
+      // the writes settle at COMMIT; a failure of theirs fails the COMMIT, which reports it
+      for (const w of writes) w.catch(() => {});
+      await batch.flushAtCommit();
+      touchCodes(trx, pupUid);
+      return { row, lockerName };
     }
     await Promise.all([...writes, batch.flush()]); // (every rejection observed)
     touchCodes(trx, pupUid);

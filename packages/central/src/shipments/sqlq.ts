@@ -12,7 +12,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery } from 'kysely';
 import type { Db } from '../db/database';
 import type { Trx } from './tx';
-import { registerPreparedStatement } from '../db/pg-prepared';
+import { AtCommit, registerPreparedStatement } from '../db/pg-prepared';
 
 export interface RawResult<R> {
   rows: R[];
@@ -88,6 +88,27 @@ export async function rawQuery<R>(trx: Trx, db: Db, text: string, params: readon
   return { rows: r.rows, numAffectedRows: Number(r.numAffectedRows ?? r.rows.length) };
 }
 
+/**
+ * A write whose answer the job does not wait for, written with the transaction's COMMIT on
+ * PostgreSQL (one round trip less; db/pg-prepared.ts AtCommit). Resolves once the transaction's
+ * client holds the statement (await that before the job ends, or COMMIT may go first); `answer`
+ * then settles when the transaction commits (the statement's rows) or fails (the error that failed
+ * the COMMIT, or a rollback). The job must not await `answer`; a statement it sends after this one
+ * writes this one first. A failure of it fails the COMMIT, so the transaction rolls back whole
+ * (PgTxRunner runs a retryable one again). SQLite: runs at once, as rawQuery.
+ */
+export async function rawQueryAtCommit<R>(trx: Trx, db: Db, text: string, params: readonly unknown[]): Promise<{ answer: Promise<RawResult<R>> }> {
+  if (db.engine === 'sqlite') return { answer: rawQuery<R>(trx, db, text, params) };
+  const at = new AtCommit();
+  await trx.executeQuery(CompiledQuery.raw(pgSql(text), [...params, at]));
+  const answer = at.promise.then((r) => {
+    const res = r as { rows: R[]; rowCount: number | null };
+    return { rows: res.rows, numAffectedRows: Number(res.rowCount ?? res.rows.length) };
+  });
+  answer.catch(() => {}); // whoever needs it observes it
+  return { answer };
+}
+
 export type Exec = <R>(text: string, params: readonly unknown[]) => Promise<RawResult<R>>;
 
 interface Queued {
@@ -121,24 +142,58 @@ export class StatementBatch {
   };
 
   async flush(): Promise<void> {
+    return this.send(false);
+  }
+
+  /**
+   * flush(), written with the transaction's COMMIT (rawQueryAtCommit): resolves once the
+   * statement is held for the COMMIT (await it before the job ends); the run() promises settle
+   * when the transaction commits or fails, so the job must not await them.
+   */
+  flushAtCommit(): Promise<void> {
+    return this.send(true);
+  }
+
+  private async send(atCommit: boolean): Promise<void> {
     this.flushed = true;
     const q = this.queued;
     this.queued = [];
     if (q.length === 0) return;
+    // the statement's answer: now (flush), or once the transaction commits (flushAtCommit, which
+    // waits only until the client holds the statement)
+    const exec = async <R>(text: string, params: readonly unknown[]): Promise<{ answer: Promise<RawResult<R>> }> =>
+      atCommit ? rawQueryAtCommit<R>(this.trx, this.db, text, params) : { answer: rawQuery<R>(this.trx, this.db, text, params) };
     if (q.length === 1) {
       const one = q[0]!;
-      await rawQuery(this.trx, this.db, one.text, one.params).then(one.resolve, one.reject);
+      let answer: Promise<RawResult<unknown>>;
+      try {
+        answer = (await exec(one.text, one.params)).answer;
+      } catch (e) {
+        one.reject(e);
+        throw e;
+      }
+      const settled = answer.then(one.resolve, one.reject);
+      if (!atCommit) await settled;
       return;
     }
     const ctes = q.map((s, i) => `s${i} AS (${/\bRETURNING\b/i.test(s.text) ? s.text : `${s.text} RETURNING 1 AS one`})`);
     const text = `WITH ${ctes.join(', ')} SELECT ${q.map((_, i) => `(SELECT json_agg(s${i}) FROM s${i}) AS r${i}`).join(', ')}`;
-    try {
-      const res = await rawQuery<Record<string, unknown[] | null>>(this.trx, this.db, text, q.flatMap((s) => s.params));
+    const spread = (res: RawResult<Record<string, unknown[] | null>>) => {
       const row = res.rows[0] ?? {};
       q.forEach((s, i) => {
         const rows = (row[`r${i}`] ?? []) as unknown[];
         s.resolve({ rows: /\bRETURNING\b/i.test(s.text) ? rows : [], numAffectedRows: rows.length });
       });
+    };
+    try {
+      const { answer } = await exec<Record<string, unknown[] | null>>(text, q.flatMap((s) => s.params));
+      if (atCommit) {
+        answer.then(spread, (e: unknown) => {
+          for (const s of q) s.reject(e);
+        });
+        return;
+      }
+      spread(await answer);
     } catch (e) {
       for (const s of q) s.reject(e);
       throw e;

@@ -18,15 +18,17 @@ export interface TxRunner {
 
 /**
  * A PostgreSQL error after which the whole job can simply run again: a deadlock (40P01) or
- * serialization failure (40001) rolled the transaction back, or two jobs wrote the same transition
+ * serialization failure (40001) rolled the transaction back; two jobs wrote the same transition
  * of a shipment (shipment_transitions_pk: one decided from a row another changed; the shipment
- * service locks every shipment it changes, so this is a safety net).
+ * service locks every shipment it changes, so this is a safety net); or a new shipment's PIN
+ * collided with a valid PIN of its point in rows written with the COMMIT (access_codes_pin_unique,
+ * codes.ts `strict`: the job draws new PINs when it runs again).
  */
 export function isRetryablePgError(e: unknown): boolean {
   const err = e as { code?: unknown; constraint?: unknown } | null;
   if (!err || typeof err !== 'object') return false;
   if (err.code === '40P01' || err.code === '40001') return true;
-  return err.code === '23505' && err.constraint === 'shipment_transitions_pk';
+  return err.code === '23505' && (err.constraint === 'shipment_transitions_pk' || err.constraint === 'access_codes_pin_unique');
 }
 
 export const PG_TX_ATTEMPTS = 5;
