@@ -142,6 +142,7 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
       expect((await t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 10, activeShipments: true })).status).toBe(200);
       expect(sumOf(await scrape(), 'locker_sqlite_thread_reads_total', { outcome: 'done' })).toBe(done + 1);
       expect(sumOf(await scrape(), 'locker_sqlite_read_threads_lost_total')).toBe(0);
+      expect(sumOf(await scrape(), 'locker_sqlite_thread_reads_total', { outcome: 'overflowed' })).toBe(0);
     } else expect(has(after, 'locker_sqlite_thread_reads_total')).toBe(false);
 
     // no personal data and no raw URLs in the labels: no e-mail, no shipment, user or code value

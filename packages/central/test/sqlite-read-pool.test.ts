@@ -6,6 +6,9 @@
 // - a thread that dies with reads in flight loses none of them (the main connection reads them) and
 //   is started again; a read that fails in the thread is read on the main connection too;
 // - GetAccounts searches are read by the thread too, with the same answers; the plain listing is not;
+// - a thread runs one search at a time: a page sent after several searches waits behind only the
+//   one running; at most MAX_WAITING searches wait (a read beyond is the caller's), and searches
+//   waiting when the thread dies fail over like the reads in it;
 // - 0 threads: no pool, every read on the main connection.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { sql } from 'kysely';
@@ -14,7 +17,7 @@ import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, ok } from './shipments-helpers';
 import { listShipments, type ShipmentFilter } from '../src/shipments/queries';
 import type { Db } from '../src/db/database';
-import { ReadPoolError } from '../src/db/read-pool';
+import { MAX_WAITING, ReadPoolError } from '../src/db/read-pool';
 import { waitFor } from './support/wait';
 import { JsonText } from '../src/http/serializer';
 
@@ -200,6 +203,51 @@ describe('SQLite read threads', () => {
     const n = pool().stats.reads;
     expect((await listShipments(t.ctx.db, filter({ active: true }))).totalItems).toBeGreaterThan(0);
     expect(pool().stats.reads).toBe(n + 1);
+  });
+
+  /** a search that keeps the thread busy for a while (its first page: a count to n) */
+  const slowSearch = (n: number) => {
+    const asc = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ${n}) SELECT count(*) FROM c`;
+    return pool().search({ count: 'SELECT 1', asc, desc: asc, params: [], offset: 0, size: 1 });
+  };
+
+  it('a page sent after three searches waits only for the one the thread is running', async () => {
+    await threadUp();
+    const order: string[] = [];
+    const track = <T,>(name: string, p: Promise<T> | undefined) => {
+      expect(p).toBeDefined();
+      return p!.then((v) => (order.push(name), v));
+    };
+    const searches = ['search 1', 'search 2', 'search 3'].map((name) => track(name, slowSearch(1_500_000)));
+    const q = { key: 'after-searches', count: 'select count(*) from shipments where active = ?', page: 'select uid from shipments where active = ? order by uid limit ? offset ?', params: [1], offset: 0, size: 2 };
+    const page = track('page', pool().page(q));
+    expect((await Promise.all(searches)).map((r) => r.total)).toEqual([1, 1, 1]);
+    expect((await page).rows).toHaveLength(2);
+    // in one FIFO queue the page came last
+    expect(order).toEqual(['search 1', 'page', 'search 2', 'search 3']);
+  });
+
+  it(`at most ${MAX_WAITING} searches wait; one beyond is the caller's, the others are all answered`, async () => {
+    await threadUp();
+    const overflowed = pool().stats.overflowed;
+    const running = slowSearch(2_000_000);
+    const waiting = Array.from({ length: MAX_WAITING }, () => pool().search({ count: 'SELECT 1', asc: 'SELECT 7', desc: 'SELECT 7', params: [], offset: 0, size: 1 }));
+    expect(waiting.every((w) => w !== undefined)).toBe(true);
+    expect(pool().search({ count: 'SELECT 1', asc: 'SELECT 7', desc: 'SELECT 7', params: [], offset: 0, size: 1 })).toBeUndefined();
+    expect(pool().stats.overflowed).toBe(overflowed + 1);
+    // a quick read still goes to the thread
+    expect(pool().all('SELECT 8 AS v', [])).toBeDefined();
+    await running;
+    for (const r of await Promise.all(waiting)) expect(r).toEqual({ total: 1, rows: [7] });
+  });
+
+  it('searches waiting for the thread when it dies fail over, as the one it was running', async () => {
+    await threadUp();
+    const running = slowSearch(5_000_000);
+    const waiting = [slowSearch(10), slowSearch(10)];
+    const [worker] = pool().workers();
+    await worker!.terminate();
+    for (const r of [running, ...waiting]) await expect(r).rejects.toMatchObject({ code: 'SQLITE_READ_THREAD_LOST' });
   });
 
   it('a thread that dies with reads in flight loses none of them, and is started again', async () => {

@@ -14,12 +14,22 @@
 // died and is not yet restarted) is the caller's to run on the main connection, as before: page()
 // and all() answer undefined, or its promise rejects with ReadPoolError, and nothing is lost. A thread that
 // dies is started again at the next read one second later.
+//
+// A thread runs at most one search at a time: the others wait in the pool until it answers, so a
+// GetShipments page waits behind at most the one search its thread is running, never behind a
+// queue of them (the quick reads, a page or one statement's rows, are handed to a thread at once).
+// A thread holds at most MAX_POSTED reads and the pool at most MAX_WAITING searches; a read beyond
+// either is the caller's (on the main connection): memory stays bounded under any flood.
 import { Worker } from 'node:worker_threads';
 
 const WORKER = new URL('./read-worker.mjs', import.meta.url);
 
 /** wait before a thread that died is started again */
 const RESTART_MS = 1000;
+/** reads handed to one thread and not yet answered, at most */
+export const MAX_POSTED = 1024;
+/** searches waiting in the pool for a thread that runs none, at most */
+export const MAX_WAITING = 1024;
 
 export interface PageRead {
   /** the key a total is held under (the statement's shape and parameters) */
@@ -68,10 +78,12 @@ export async function threadAnswer<T>(read: Promise<T> | undefined): Promise<T |
 export interface ReadPoolStats {
   /** reads answered by a thread (a page with its total, or one statement's rows) */
   reads: number;
-  /** reads a thread failed (the caller read them on the main connection) */
+  /** reads a thread failed, or that were waiting when no thread was left (the caller read them on the main connection) */
   failed: number;
   /** threads that died (error or exit) */
   threadsLost: number;
+  /** reads refused because their thread held MAX_POSTED or MAX_WAITING searches waited (the caller read them on the main connection) */
+  overflowed: number;
 }
 
 /** a thread's answer */
@@ -88,13 +100,22 @@ interface Answer {
 interface Pending {
   resolve: (m: Answer) => void;
   reject: (e: Error) => void;
+  /** a search (at most one per thread) */
+  slow: boolean;
+}
+
+/** a read on its way to a thread (a search waits in the pool for one that runs none) */
+interface Waiting extends Pending {
+  message: Record<string, unknown>;
 }
 
 class ReadThread {
   readonly worker: Worker;
   readonly pending = new Map<number, Pending>();
+  /** a search among `pending` */
+  slowPosted = false;
   dead = false;
-  constructor(file: string, onDeath: (t: ReadThread, err: Error) => void) {
+  constructor(file: string, onDeath: (t: ReadThread, err: Error) => void, onAnswer: () => void) {
     this.worker = new Worker(WORKER, { workerData: { file } });
     // an idle read thread does not keep the process alive
     this.worker.unref();
@@ -115,8 +136,10 @@ class ReadThread {
       if (!p) return;
       this.pending.delete(m.id!);
       if (this.pending.size === 0) this.worker.unref();
+      if (p.slow) this.slowPosted = false;
       if (m.error !== undefined) p.reject(new ReadPoolError(`SQLite read thread: ${m.error}${m.code ? ` (${m.code})` : ''}`, 'SQLITE_READ_FAILED'));
       else p.resolve(m);
+      onAnswer();
     });
   }
 }
@@ -127,7 +150,9 @@ export class SqliteReadPool {
   private readonly restartAt: number[];
   private nextId = 0;
   private stopped = false;
-  readonly stats: ReadPoolStats = { reads: 0, failed: 0, threadsLost: 0 };
+  /** searches waiting for a thread that runs none, in arrival order */
+  private readonly slow: Waiting[] = [];
+  readonly stats: ReadPoolStats = { reads: 0, failed: 0, threadsLost: 0, overflowed: 0 };
 
   constructor(
     private readonly file: string,
@@ -156,13 +181,18 @@ export class SqliteReadPool {
     return this.send<PageResult>({ op: 'page', key: req.key, count: req.count, page: req.page, params: req.params, offset: req.offset, size: req.size }, (m) => ({ total: m.total!, rows: m.rows!, counted: m.counted! }));
   }
 
-  private send<T>(message: Record<string, unknown>, answer: (m: Answer) => T): Promise<T> | undefined {
-    const t = this.pick();
-    if (!t) return undefined;
-    const id = this.nextId++;
+  private send<T>(message: Record<string, unknown>, answer: (m: Answer) => T, slow = false): Promise<T> | undefined {
+    // no thread can take it now (none live or startable): the caller's
+    if (!this.anyThread()) return undefined;
+    const t = this.pick(slow);
+    if (!t && (!slow || this.slow.length >= MAX_WAITING)) {
+      this.stats.overflowed++;
+      return undefined;
+    }
     return new Promise<T>((resolve, reject) => {
-      if (t.pending.size === 0) t.worker.ref();
-      t.pending.set(id, {
+      const w: Waiting = {
+        message,
+        slow,
         resolve: (m) => {
           this.stats.reads++;
           resolve(answer(m));
@@ -171,17 +201,42 @@ export class SqliteReadPool {
           this.stats.failed++;
           reject(e);
         },
-      });
-      try {
-        t.worker.postMessage({ ...message, id });
-      } catch (err) {
-        // a value the message cannot carry: this read fails over, the thread goes on
-        t.pending.delete(id);
-        if (t.pending.size === 0) t.worker.unref();
-        this.stats.failed++;
-        reject(new ReadPoolError(`SQLite read thread: the read could not be sent (${(err as Error).message})`, 'SQLITE_READ_FAILED'));
-      }
+      };
+      if (t) this.post(t, w);
+      else this.slow.push(w); // every thread runs a search: this one goes when one answers
     });
+  }
+
+  /** hands waiting searches to threads that run none; with no live thread left, they are the callers' */
+  private dispatch(): void {
+    while (this.slow.length) {
+      const t = this.pick(true);
+      if (!t) {
+        if (!this.anyThread()) this.failWaiting(new ReadPoolError('SQLite read thread lost: no thread to read on', 'SQLITE_READ_THREAD_LOST'));
+        return;
+      }
+      this.post(t, this.slow.shift()!);
+    }
+  }
+
+  private post(t: ReadThread, w: Waiting): void {
+    const id = this.nextId++;
+    if (t.pending.size === 0) t.worker.ref();
+    t.pending.set(id, w);
+    if (w.slow) t.slowPosted = true;
+    try {
+      t.worker.postMessage({ ...w.message, id });
+    } catch (err) {
+      // a value the message cannot carry: this read fails over, the thread goes on
+      t.pending.delete(id);
+      if (w.slow) t.slowPosted = false;
+      if (t.pending.size === 0) t.worker.unref();
+      w.reject(new ReadPoolError(`SQLite read thread: the read could not be sent (${(err as Error).message})`, 'SQLITE_READ_FAILED'));
+    }
+  }
+
+  private failWaiting(err: ReadPoolError): void {
+    for (const w of this.slow.splice(0)) w.reject(err);
   }
 
   /**
@@ -199,39 +254,61 @@ export class SqliteReadPool {
    * without LIMIT; `count` counts them. Undefined or ReadPoolError as page().
    */
   search(req: { count: string; asc: string; desc: string; params: readonly unknown[]; offset: number; size: number }): Promise<{ total: number; rows: unknown[] }> | undefined {
-    return this.send({ op: 'search', ...req }, (m) => ({ total: m.total!, rows: m.rows! }));
+    return this.send({ op: 'search', ...req }, (m) => ({ total: m.total!, rows: m.rows! }), true);
   }
 
-  /** the live thread with the fewest reads in flight, starting threads as their slots allow */
-  private pick(): ReadThread | undefined {
+  /** a live thread, or one started now (its slot's restart delay passed), if any */
+  private anyThread(): boolean {
+    if (this.stopped) return false;
+    const now = Date.now();
+    for (let i = 0; i < this.threads.length; i++) {
+      if (this.threads[i]) return true;
+      if (now >= this.restartAt[i]! && this.startAt(i, now)) return true;
+    }
+    return false;
+  }
+
+  /** starts the thread of slot i; false when it cannot even be created (its reads go to the main connection meanwhile) */
+  private startAt(i: number, now: number): boolean {
+    try {
+      this.threads[i] = this.start(i);
+      return true;
+    } catch (err) {
+      this.restartAt[i] = now + RESTART_MS;
+      this.lost(err as Error);
+      return false;
+    }
+  }
+
+  /** the live thread with room (fewer than MAX_POSTED reads; for a search, none running) and the fewest reads in flight */
+  private pick(search: boolean): ReadThread | undefined {
     if (this.stopped) return undefined;
     let best: ReadThread | undefined;
     const now = Date.now();
     for (let i = 0; i < this.threads.length; i++) {
-      let t = this.threads[i];
-      if (!t) {
-        if (now < this.restartAt[i]!) continue;
-        try {
-          t = this.threads[i] = this.start(i);
-        } catch (err) {
-          // the thread could not even be created: its reads go to the main connection meanwhile
-          this.restartAt[i] = now + RESTART_MS;
-          this.lost(err as Error);
-          continue;
-        }
-      }
-      if (!best || t.pending.size < best.pending.size) best = t;
-      if (best.pending.size === 0) break;
+      if (!this.threads[i] && (now < this.restartAt[i]! || !this.startAt(i, now))) continue;
+      const t = this.threads[i]!;
+      if (t.pending.size >= MAX_POSTED || (search && t.slowPosted)) continue;
+      // a quick read prefers a thread that runs no search
+      if (!best || Number(t.slowPosted) - Number(best.slowPosted) < 0 || (t.slowPosted === best.slowPosted && t.pending.size < best.pending.size)) best = t;
+      if (best.pending.size === 0 && !best.slowPosted) break;
     }
     return best;
   }
 
   private start(i: number): ReadThread {
-    return new ReadThread(this.file, (dead, err) => {
-      if (this.threads[i] === dead) this.threads[i] = null;
-      this.restartAt[i] = Date.now() + RESTART_MS;
-      if (!this.stopped) this.lost(err);
-    });
+    return new ReadThread(
+      this.file,
+      (dead, err) => {
+        if (this.threads[i] === dead) this.threads[i] = null;
+        this.restartAt[i] = Date.now() + RESTART_MS;
+        if (this.stopped) return;
+        this.lost(err);
+        // the waiting reads go to another thread, or back to their callers when none is left
+        this.dispatch();
+      },
+      () => this.dispatch(),
+    );
   }
 
   private lost(err: Error): void {
@@ -245,6 +322,7 @@ export class SqliteReadPool {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.failWaiting(new ReadPoolError('SQLite read pool stopped', 'SQLITE_READ_THREAD_LOST'));
     const live = this.threads.filter((t): t is ReadThread => t !== null);
     this.threads.fill(null);
     await Promise.all(
