@@ -73,25 +73,37 @@ describe.skipIf(!url)('named prepared statements on PostgreSQL', () => {
   });
 });
 
-describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', () => {
-  let db: Db;
-  let rfq = 0;
-  const table = `${schema}.begin_t`;
-  afterAll(async () => db?.close());
-
-  /** ReadyForQuery messages on the pool's one connection while fn runs: one per round trip */
-  async function roundTrips(fn: () => Promise<unknown>): Promise<number> {
-    const before = rfq;
-    await fn();
-    return rfq - before;
-  }
-
+/**
+ * A store with one pooled connection and `table` (k int primary key, v text); roundTrips counts the
+ * ReadyForQuery messages on that connection while fn runs: one per round trip.
+ */
+function oneConnection(table: string) {
+  const state = { db: undefined as unknown as Db, rfq: 0 };
   beforeAll(async () => {
-    db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
-    await db.pool!.query(`CREATE TABLE IF NOT EXISTS ${table} (k int primary key, v text)`);
-    const client = await db.pool!.connect();
-    (client as unknown as { connection: { on(e: string, f: () => void): void } }).connection.on('readyForQuery', () => rfq++);
+    state.db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
+    await state.db.pool!.query(`CREATE TABLE IF NOT EXISTS ${table} (k int primary key, v text)`);
+    const client = await state.db.pool!.connect();
+    (client as unknown as { connection: { on(e: string, f: () => void): void } }).connection.on('readyForQuery', () => state.rfq++);
     client.release();
+  });
+  afterAll(async () => state.db?.close());
+  return {
+    db: () => state.db,
+    async roundTrips(fn: () => Promise<unknown>): Promise<number> {
+      const before = state.rfq;
+      await fn();
+      return state.rfq - before;
+    },
+  };
+}
+
+describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', () => {
+  const table = `${schema}.begin_t`;
+  const conn = oneConnection(table);
+  const roundTrips = conn.roundTrips;
+  let db: Db;
+  beforeAll(() => {
+    db = conn.db();
   });
 
   it('a transaction of one statement with values and COMMIT: two round trips, the row committed', async () => {
@@ -184,17 +196,11 @@ describe.skipIf(!url)('BEGIN sent with the first statement of a transaction', ()
 });
 
 describe.skipIf(!url)('a statement held for COMMIT (rawQueryAtCommit)', () => {
-  let db: Db;
-  let rfq = 0;
   const table = `${schema}.held_t`;
   const INSERT = `INSERT INTO ${table} (k, v) VALUES (?, ?) RETURNING k`;
-  afterAll(async () => db?.close());
-
-  async function roundTrips(fn: () => Promise<unknown>): Promise<number> {
-    const before = rfq;
-    await fn();
-    return rfq - before;
-  }
+  const conn = oneConnection(table);
+  const roundTrips = conn.roundTrips;
+  let db: Db;
   const rows = async () => (await db.pool!.query<{ k: number; v: string }>(`SELECT k, v FROM ${table} ORDER BY k`)).rows;
   const idle = async () => {
     const client = await db.pool!.connect();
@@ -206,11 +212,7 @@ describe.skipIf(!url)('a statement held for COMMIT (rawQueryAtCommit)', () => {
   };
 
   beforeAll(async () => {
-    db = await openDatabase({ url: url!, pgSchema: schema, poolSize: 1 });
-    await db.pool!.query(`CREATE TABLE IF NOT EXISTS ${table} (k int primary key, v text)`);
-    const client = await db.pool!.connect();
-    (client as unknown as { connection: { on(e: string, f: () => void): void } }).connection.on('readyForQuery', () => rfq++);
-    client.release();
+    db = conn.db();
     // the INSERT parsed on the one connection (a named statement's first run takes a BEGIN of its own)
     await db.kysely.transaction().execute((trx) => rawQuery(trx, db, INSERT, [0, 'parsed']));
     await db.pool!.query(`DELETE FROM ${table}`);
