@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CompiledQuery, sql } from 'kysely';
 import pg from 'pg';
 import { openDatabase, type Db } from '../src/db/database';
-import { AtCommit, AtCommitDropped, registerPreparedStatement } from '../src/db/pg-prepared';
+import { AtCommit, AtCommitDropped, CommitRefused, registerPreparedStatement } from '../src/db/pg-prepared';
 import { rawQuery, rawQueryAtCommit } from '../src/shipments/sqlq';
 import { pgUrl } from './support/harness';
 
@@ -292,7 +292,59 @@ describe.skipIf(!url)('a statement held for COMMIT (rawQueryAtCommit)', () => {
     expect((await rows()).map((r) => r.k)).toEqual([1, 2, 3, 6, 7, 8]);
   });
 
+  it('a named statement not yet parsed here, alone in its transaction, whose Parse fails: the COMMIT fails, and the same text works on that connection later', async () => {
+    const LATER = `INSERT INTO ${schema}.later_t (k) VALUES (?) RETURNING k`;
+    const held = () =>
+      db.kysely.transaction().execute(async (trx) => {
+        void (await rawQueryAtCommit(trx, db, LATER, [1])).answer;
+      });
+    expect(((await held().catch((e: unknown) => e)) as { code?: string }).code).toBe('42P01');
+    await db.pool!.query(`CREATE TABLE ${schema}.later_t (k int primary key)`);
+    // (pg took BEGIN's ParseComplete for the statement's when both went in one write: 26000 here)
+    await held();
+    expect((await db.pool!.query(`SELECT k FROM ${schema}.later_t`)).rows).toEqual([{ k: 1 }]);
+  });
+
+  it('committed, but a row of its answer the client cannot read: the transaction succeeds, only the answer fails', async () => {
+    const POINT = `INSERT INTO ${table} (k, v) VALUES (?, ?) RETURNING point(k, k) AS p`;
+    const original = pg.types.getTypeParser(600, 'text');
+    pg.types.setTypeParser(600, () => {
+      throw new Error('parser refused');
+    });
+    try {
+      let answer: Promise<unknown> | undefined;
+      expect(
+        await db.kysely.transaction().execute(async (trx) => {
+          answer = (await rawQueryAtCommit(trx, db, POINT, [11, 'unreadable answer'])).answer;
+          return 'committed';
+        }),
+      ).toBe('committed');
+      expect(((await answer!.catch((e: unknown) => e)) as Error).message).toBe('parser refused');
+      expect((await rows()).map((r) => r.k)).toContain(11);
+    } finally {
+      pg.types.setTypeParser(600, original);
+    }
+  });
+
+  it('an error the job swallowed (its held statement failed when a later one wrote it first): COMMIT answered ROLLBACK is a failure, nothing stays', async () => {
+    const before = (await rows()).map((r) => r.k);
+    const err = await db.kysely
+      .transaction()
+      .execute(async (trx) => {
+        await rawQuery(trx, db, INSERT, [12, 'lost with the transaction']);
+        void (await rawQueryAtCommit(trx, db, INSERT, [1, 'duplicate'])).answer;
+        await rawQuery(trx, db, 'SELECT 1', []).catch(() => 'swallowed');
+        return 'the job ended well';
+      })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(CommitRefused);
+    expect((err as CommitRefused).code).toBe('COMMIT_ROLLED_BACK');
+    expect((await rows()).map((r) => r.k)).toEqual(before);
+    expect(await idle()).toBe('I');
+  });
+
   it('held on a connection that goes back to the pool without COMMIT or ROLLBACK: never written, dropped at the next checkout', async () => {
+    const before = (await rows()).map((r) => r.k);
     const at = new AtCommit();
     await db.kysely.connection().execute((c) => c.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [9, 'lost', at])));
     await db.kysely.connection().execute((c) => c.executeQuery(CompiledQuery.raw('SELECT 1')));
@@ -300,7 +352,7 @@ describe.skipIf(!url)('a statement held for COMMIT (rawQueryAtCommit)', () => {
     // and by pool.query (a callback query on the same client), which never writes it either
     const at2 = new AtCommit();
     await db.kysely.connection().execute((c) => c.executeQuery(CompiledQuery.raw(`INSERT INTO ${table} (k, v) VALUES ($1, $2)`, [10, 'lost', at2])));
-    expect((await rows()).map((r) => r.k)).toEqual([1, 2, 3, 6, 7, 8]);
+    expect((await rows()).map((r) => r.k)).toEqual(before);
     expect(await at2.promise.catch((e: unknown) => e)).toBeInstanceOf(AtCommitDropped);
   });
 });

@@ -110,6 +110,8 @@ export class PgStatement {
   }
   /** with `commit`: the statement's own CommandComplete has come (the next one is COMMIT's) */
   private statementDone = false;
+  /** with `commit`: the tag COMMIT answered (ROLLBACK when the transaction had failed before) */
+  private commitTag: string | undefined;
 
   submit(connection: SubmitConnection): Error | null {
     const name = this.name;
@@ -190,7 +192,10 @@ export class PgStatement {
       this.beginDone = true; // BEGIN's
       return;
     }
-    if (this.statementDone) return; // COMMIT's
+    if (this.statementDone) {
+      this.commitTag = msg.text; // COMMIT's
+      return;
+    }
     this.statementDone = this.commit;
     const m = COMMAND_TAG.exec(msg.text ?? '');
     if (m) {
@@ -214,14 +219,25 @@ export class PgStatement {
 
   handleReadyForQuery(): void {
     if (this.failed) return;
-    if (this.rowError) {
-      this.shapes?.delete(this.text); // described again next time
-      this.handleError(this.rowError);
+    // with `commit`: a COMMIT the server answered ROLLBACK (the transaction had failed before) is a failure
+    if (this.commit && this.commitTag !== 'COMMIT') {
+      this.handleError(new CommitRefused(this.commitTag));
       return;
     }
+    if (this.rowError) {
+      this.shapes?.delete(this.text); // described again next time
+      // with `commit` the server has committed: only the statement's answer is lost (readError)
+      if (!this.commit) {
+        this.handleError(this.rowError);
+        return;
+      }
+    }
     // described and answered: a registered text's shape on this connection is known from now on (no rows: NoData)
-    if (this.described && this.name !== undefined) this.shapes?.set(this.text, this.shape ?? NO_ROWS);
-    this.callback?.(null, this.mode === 'result' ? { command: this.command, rowCount: this.rowCount, rows: this.rows, fields: [] } : this.rows);
+    else if (this.described && this.name !== undefined) this.shapes?.set(this.text, this.shape ?? NO_ROWS);
+    this.callback?.(
+      null,
+      this.mode === 'result' ? { command: this.command, rowCount: this.rowCount, rows: this.rows, fields: [], ...(this.rowError ? { readError: this.rowError } : {}) } : this.rows,
+    );
   }
 }
 
@@ -271,6 +287,17 @@ export class AtCommit {
       this.reject = reject;
     });
     this.promise.catch(() => {}); // observed by whoever awaits it; a rollback's is nobody's concern
+  }
+}
+
+/**
+ * The server answered a COMMIT with ROLLBACK (no error): the transaction had failed before, and
+ * whoever sent the COMMIT had not seen it (an error swallowed). Nothing of it was committed.
+ */
+export class CommitRefused extends Error {
+  readonly code = 'COMMIT_ROLLED_BACK';
+  constructor(tag: string | undefined) {
+    super(`COMMIT was answered ${tag ?? 'with no tag'}: the transaction had failed, nothing of it was committed`);
   }
 }
 
@@ -335,12 +362,20 @@ function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
     if (held) {
       c[HELD] = undefined;
       if (cb === undefined && text === COMMIT) {
-        // the held statement, then COMMIT, in one write (with the BEGIN first when it is still held back)
-        const begin = c[BEGIN_PENDING] === true;
+        // the held statement, then COMMIT, in one write (with the BEGIN first when it is still held
+        // back, unless the statement is a named one not yet parsed here: pg would take BEGIN's
+        // ParseComplete for its own, and a Parse of it that failed would leave it marked parsed)
+        const name = named ? names.get(held.text) : undefined;
+        let begun: Promise<unknown> | undefined;
+        if (c[BEGIN_PENDING] === true && name !== undefined && c.connection?.parsedStatements[name] !== held.text) begun = query(BEGIN_WITH_FIRST_STATEMENT);
+        const begin = c[BEGIN_PENDING] === true && begun === undefined;
         c[BEGIN_PENDING] = false;
-        return statement(held.text, held.values, named ? names.get(held.text) : undefined, begin, true).then(
+        return (begun ?? Promise.resolve()).then(() => statement(held.text, held.values, name, begin, true)).then(
           (res) => {
-            held.at.resolve(res);
+            const readError = (res as { readError?: Error }).readError;
+            // committed; a row the client could not read loses only the statement's answer
+            if (readError) held.at.reject(readError);
+            else held.at.resolve(res);
             return { command: 'COMMIT', rowCount: null, rows: [], fields: [] };
           },
           (err: unknown) => {
@@ -383,7 +418,15 @@ function patch(client: pg.PoolClient, named: boolean): pg.PoolClient {
         return done(text);
       }
     }
-    if (!c[BEGIN_PENDING]) return send(text, values, cb);
+    if (!c[BEGIN_PENDING]) {
+      // a COMMIT the server answers ROLLBACK (the transaction had failed, an error swallowed): a failure
+      if (cb === undefined && text === COMMIT)
+        return (query(text) as Promise<{ command?: string }>).then((r) => {
+          if (r.command !== 'COMMIT') throw new CommitRefused(r.command);
+          return r;
+        });
+      return send(text, values, cb);
+    }
     c[BEGIN_PENDING] = false;
     const name = named && typeof text === 'string' ? names.get(text) : undefined;
     const parsed = name === undefined || c.connection?.parsedStatements[name] === text;

@@ -184,6 +184,8 @@ export class SqliteReadPool {
   private send<T>(message: Record<string, unknown>, answer: (m: Answer) => T, slow = false): Promise<T> | undefined {
     // no thread can take it now (none live or startable): the caller's
     if (!this.anyThread()) return undefined;
+    // searches that waited go first (a thread started again just now has room for them)
+    if (this.slow.length) this.dispatch();
     const t = this.pick(slow);
     if (!t && (!slow || this.slow.length >= MAX_WAITING)) {
       this.stats.overflowed++;

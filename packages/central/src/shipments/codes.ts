@@ -56,6 +56,8 @@ export async function insertNewShipmentCodes(trx: Trx, db: Db, o: CodeOwner, usa
   let pins = usages.map((u) => rowParams(o, u, 'Code', pinSource.next(), now));
   const rows = [...pins, ...usages.map((u) => rowParams(o, u, 'Qr', newQr(), now)), rowParams(o, 'LinkCode', 'Qr', newQr(), now)];
   let res = await run<{ uid: string }>((strict ? INSERT_STRICT_N : INSERT_N)[rows.length]!, rows.flat());
+  // strict: every row is in, or the statement failed (its answer may come after the COMMIT: never draw again then)
+  if (strict && res.rows.length < rows.length) throw new Error(`a strict insert of ${rows.length} codes answered ${res.rows.length}`);
   for (let attempt = 0; res.rows.length < rows.length; attempt++) {
     if (attempt > 50) throw new Error('could not find a free PIN at this pick up point');
     const inserted = new Set(res.rows.map((r) => r.uid));
