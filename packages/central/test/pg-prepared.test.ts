@@ -306,23 +306,23 @@ describe.skipIf(!url)('a statement held for COMMIT (rawQueryAtCommit)', () => {
   });
 
   it('committed, but a row of its answer the client cannot read: the transaction succeeds, only the answer fails', async () => {
-    const POINT = `INSERT INTO ${table} (k, v) VALUES (?, ?) RETURNING point(k, k) AS p`;
-    const original = pg.types.getTypeParser(600, 'text');
-    pg.types.setTypeParser(600, () => {
+    const CIRCLE = `INSERT INTO ${table} (k, v) VALUES (?, ?) RETURNING circle(point(k, k), 1) AS c`;
+    const original = pg.types.getTypeParser(pg.types.builtins.CIRCLE, 'text');
+    pg.types.setTypeParser(pg.types.builtins.CIRCLE, () => {
       throw new Error('parser refused');
     });
     try {
       let answer: Promise<unknown> | undefined;
       expect(
         await db.kysely.transaction().execute(async (trx) => {
-          answer = (await rawQueryAtCommit(trx, db, POINT, [11, 'unreadable answer'])).answer;
+          answer = (await rawQueryAtCommit(trx, db, CIRCLE, [11, 'unreadable answer'])).answer;
           return 'committed';
         }),
       ).toBe('committed');
       expect(((await answer!.catch((e: unknown) => e)) as Error).message).toBe('parser refused');
       expect((await rows()).map((r) => r.k)).toContain(11);
     } finally {
-      pg.types.setTypeParser(600, original);
+      pg.types.setTypeParser(pg.types.builtins.CIRCLE, original);
     }
   });
 
