@@ -188,7 +188,8 @@ export class StatementBatch {
     try {
       const { answer } = await exec<Record<string, unknown[] | null>>(text, q.flatMap((s) => s.params));
       if (atCommit) {
-        answer.then(spread, (e: unknown) => {
+        // (a throw of spread rejects the rest too: nothing is left unsettled, nothing unhandled)
+        answer.then(spread).catch((e: unknown) => {
           for (const s of q) s.reject(e);
         });
         return;
