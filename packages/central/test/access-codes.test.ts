@@ -60,20 +60,10 @@ describeEngines('access codes of a new shipment', (engine) => {
     await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: first.shipmentUid }));
     await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: second.shipmentUid }));
   });
-});
 
-// PostgreSQL writes a new shipment's rows with the transaction's COMMIT (shipments/sqlq.ts
-// rawQueryAtCommit): a failure of those rows that is not retryable must fail the booking, with
-// nothing of it left (no shipment, no codes, the locker free), never answer it as booked.
-describeEngines('a booking whose rows fail at the COMMIT', (engine) => {
-  let t: TestService;
-  let user: string;
-  beforeAll(async () => {
-    t = await createTestService(engine);
-    user = await addUser(t, PUP_A1);
-  });
-  afterAll(async () => t?.close());
-
+  // PostgreSQL writes a new shipment's rows with the transaction's COMMIT (shipments/sqlq.ts
+  // rawQueryAtCommit): a failure of those rows that is not retryable must fail the booking, with
+  // nothing of it left (no shipment, no codes, the locker free), never answer it as booked.
   it.runIf(engine === 'postgres')('a plain booking is two round trips on PostgreSQL: BEGIN with the locker taken, then its rows with COMMIT', async () => {
     // one pooled connection (the service's pool of 1), warm: its statements parsed there
     const one = await createTestService(engine, { config: { database: { poolSize: 1 } } });
@@ -95,7 +85,7 @@ describeEngines('a booking whose rows fail at the COMMIT', (engine) => {
     }
   });
 
-  it('is refused (500, InternalError), and nothing of it stays', async () => {
+  it('a booking whose rows the database refuses at the COMMIT is answered 500 (InternalError), and nothing of it stays', async () => {
     // the shipments table refuses one reference (a trigger on PostgreSQL, on SQLite as well)
     if (engine === 'postgres') {
       await sql`CREATE FUNCTION refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.reference_no = 'REFUSE-ME' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$`.execute(t.ctx.db.kysely);
