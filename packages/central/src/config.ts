@@ -51,6 +51,11 @@ export const ConfigSchema = z
         // connection). Turn off behind a pooler in transaction mode that cannot carry them
         // (PgBouncer before 1.21, or without max_prepared_statements).
         pgPreparedStatements: z.boolean().default(true),
+        // PostgreSQL: connections (besides the pool) on which the small fixed reads of the API and
+        // the edge sync are pipelined, each turn of the event loop's reads in one write
+        // (db/pg-pipeline.ts); 0: every read takes a pooled connection. Set 0 behind a pooler
+        // that cannot carry pipelined statements.
+        pgReadPipelines: z.coerce.number().int().min(0).max(32).default(2),
       })
       .strict()
       .prefault({}),
@@ -268,6 +273,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_DATABASE_SQLITE_READ_THREADS: ['database', 'sqliteReadThreads'],
   LOCKER_DATABASE_POOL_SIZE: ['database', 'poolSize'],
   LOCKER_DATABASE_PG_PREPARED_STATEMENTS: ['database', 'pgPreparedStatements'],
+  LOCKER_DATABASE_PG_READ_PIPELINES: ['database', 'pgReadPipelines'],
   LOCKER_AUTH_TOKEN_LIFETIME_SECONDS: ['auth', 'tokenLifetimeSeconds'],
   LOCKER_AUTH_TOKEN_SIGNING_KEY: ['auth', 'tokenSigningKey'],
   LOCKER_AUTH_VERIFY_CONCURRENCY: ['auth', 'verifyConcurrency'],

@@ -64,6 +64,7 @@ export class CentralService {
       onCheckpointerFailure: (err) => log.error({ ns: 'central.db', err: err.message, errorCode: 'SQLITE_CHECKPOINTER_FAILED' }, 'the WAL checkpoint thread failed: checkpoints run in the commits again'),
       poolSize: config.database.poolSize,
       pgPreparedStatements: config.database.pgPreparedStatements,
+      pgReadPipelines: config.database.pgReadPipelines,
       pgSchema: this.opts.pgSchema,
     });
     const applied = await db.migrate();

@@ -144,6 +144,14 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
       expect(sumOf(await scrape(), 'locker_sqlite_read_threads_lost_total')).toBe(0);
       expect(sumOf(await scrape(), 'locker_sqlite_thread_reads_total', { outcome: 'overflowed' })).toBe(0);
     } else expect(has(after, 'locker_sqlite_thread_reads_total')).toBe(false);
+    // the read pipelines (PostgreSQL): a GetAccount read is counted as answered on them
+    if (engine === 'postgres') {
+      expect(await scrapeText()).toContain('# TYPE locker_db_pg_pipelined_reads_total counter');
+      const answered = sumOf(await scrape(), 'locker_db_pg_pipelined_reads_total', { outcome: 'answered' });
+      expect((await t.post('/v1/Account/GetAccount', { userUid: user })).status).toBe(200);
+      expect(sumOf(await scrape(), 'locker_db_pg_pipelined_reads_total', { outcome: 'answered' })).toBeGreaterThan(answered);
+      expect(sumOf(await scrape(), 'locker_db_pg_pipelined_reads_total', { outcome: 'resent' })).toBe(0);
+    } else expect(has(after, 'locker_db_pg_pipelined_reads_total')).toBe(false);
 
     // no personal data and no raw URLs in the labels: no e-mail, no shipment, user or code value
     const text = await scrapeText();
@@ -175,7 +183,7 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
   it('every metric the service declares is served', async () => {
     const families = familiesOf(await scrapeText());
     for (const name of centralMetricNames()) {
-      if (name === 'locker_db_pool_connections' && engine === 'sqlite') continue;
+      if ((name === 'locker_db_pool_connections' || name === 'locker_db_pg_pipelined_reads_total') && engine === 'sqlite') continue;
       if (name.startsWith('locker_sqlite_') && !t.ctx.db.walCheckpointer) continue; // PostgreSQL, or SQLite in memory
       if (name === 'locker_terminal_journal_unsent') continue; // only terminals with an online status
       expect(families.has(name), name).toBe(true);

@@ -8,6 +8,7 @@ import pg from 'pg';
 import type { Database } from './schema';
 import { migrations as allMigrations } from './migrations/index';
 import { pooledReader, withPreparedStatements } from './pg-prepared';
+import { PgReadPipelines } from './pg-pipeline';
 import { LockerPostgresDialect } from './pg-introspector';
 import { FifoSqliteDialect } from './sqlite-dialect';
 import { SqliteReadPool } from './read-pool';
@@ -47,6 +48,12 @@ export interface Db {
    * only: the statement runs on whichever pooled connection is free.
    */
   readonly pgRead?: <R>(text: string, values: readonly unknown[], array?: boolean) => Promise<R[]>;
+  /**
+   * PostgreSQL with database.pgReadPipelines > 0: connections of their own on which small fixed
+   * reads are pipelined (db/pg-pipeline.ts); db/prepared-read.ts sends its registered texts here.
+   * Outside transactions only, as pgRead.
+   */
+  readonly pgPipelines?: PgReadPipelines;
   /** SQLite in a file with database.sqliteReadThreads > 0: heavy reads (a GetShipments page) in threads of their own (db/read-pool.ts) */
   readonly readPool?: SqliteReadPool;
   /** SQLite in a file with database.sqliteCheckpoints 'background': the WAL checkpoint thread (the group-commit runner asks it) */
@@ -59,6 +66,8 @@ export interface OpenDatabaseOptions {
   poolSize?: number;
   /** PostgreSQL: send the registered hot statements as named prepared statements (default true) */
   pgPreparedStatements?: boolean;
+  /** PostgreSQL: connections on which the small fixed reads are pipelined (db/pg-pipeline.ts; default 2, 0: every read from the pool) */
+  pgReadPipelines?: number;
   /** PostgreSQL schema to use (created if missing); tests use one per test file. */
   pgSchema?: string;
   /** SQLite in a file: WAL checkpoints in a thread of their own ('background', the default) or in the COMMIT ('commit') */
@@ -117,7 +126,9 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
     const named = opts.pgPreparedStatements !== false;
     const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: withPreparedStatements(pool, named) }) });
-    return makeDb(kysely, 'postgres', { pool, pgRead: pooledReader(pool, named) }, schema);
+    const pipes = opts.pgReadPipelines ?? 2;
+    const pgPipelines = pipes > 0 ? new PgReadPipelines({ connectionString: opts.url, ...(schema ? { options: `-c search_path=${schema}` } : {}) }, named, pipes) : undefined;
+    return makeDb(kysely, 'postgres', { pool, pgRead: pooledReader(pool, named), pgPipelines }, schema);
   }
   const file = opts.url.replace(/^sqlite:(\/\/)?/i, '');
   if (file !== ':memory:') {
@@ -231,7 +242,7 @@ function withStatementCache(sqlite: BetterSqlite3.Database, max = 1000) {
   };
 }
 
-function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool; pgRead?: Db['pgRead']; committedGet?: Db['committedGet'] }, pgSchema?: string): Db {
+function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: BetterSqlite3.Database; pool?: pg.Pool; pgRead?: Db['pgRead']; pgPipelines?: PgReadPipelines; committedGet?: Db['committedGet'] }, pgSchema?: string): Db {
   return {
     kysely,
     engine,
@@ -247,6 +258,7 @@ function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: Bett
       return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
     },
     async close() {
+      await extra.pgPipelines?.end();
       await kysely.destroy();
     },
   };

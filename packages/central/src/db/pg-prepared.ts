@@ -15,6 +15,11 @@ export function registerPreparedStatement(text: string): void {
   if (!names.has(text)) names.set(text, `locker_${names.size + 1}`);
 }
 
+/** the name a registered text goes by (registerPreparedStatement), or undefined */
+export function preparedName(text: string): string | undefined {
+  return names.get(text);
+}
+
 /**
  * Db.pgRead: the rows of one statement straight from the pool (pool.query), a registered text by
  * its name when `named` (database.pgPreparedStatements), as arrays with `array`. Sent as a

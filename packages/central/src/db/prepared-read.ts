@@ -8,8 +8,10 @@
 // Kysely transaction holds it across awaits, and a read on the handle in the middle of one would
 // see that transaction's uncommitted writes. So while a transaction is open the read goes through
 // Kysely's executor instead, which waits for the connection (as every Kysely query does).
-// PostgreSQL: straight from the pool (Db.pgRead) as a named prepared statement (db/pg-prepared.ts),
-// parsed and planned once per connection; raw reads in pg's array row mode.
+// PostgreSQL: a registered text as a named prepared statement (db/pg-prepared.ts), parsed and
+// planned once per connection, pipelined with the other reads of the same turn of the event loop
+// on a few connections of their own (Db.pgPipelines, db/pg-pipeline.ts), or straight from the pool
+// (Db.pgRead) without them; an unnamed text from the pool; raw reads in pg's array row mode.
 import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery } from 'kysely';
 import type { Db } from './database';
@@ -153,8 +155,14 @@ export function preparedRawReader(db: Db): ReadRaw {
       return (await kysely.executeQuery<Record<string, unknown>>(CompiledQuery.raw(text, [...params]))).rows.map((r) => Object.values(r));
     };
   }
-  const pgRead = db.pgRead!;
-  return (text, params) => pgRead<unknown[]>(pgText(text), params, true);
+  const read = pgPointRead(db);
+  return (text, params) => read<unknown[]>(pgText(text), params, true);
+}
+
+/** PostgreSQL: a registered text's read, pipelined when the store has pipelines (db/pg-pipeline.ts), else from the pool */
+function pgPointRead(db: Db): NonNullable<Db['pgRead']> {
+  const pipes = db.pgPipelines;
+  return pipes ? (text, values, array) => pipes.read(text, values, array) : db.pgRead!;
 }
 
 /** The rows of a read (a SELECT with `?` placeholders) on the database's engine; see above. */
@@ -174,8 +182,11 @@ export function preparedReader(db: Db): ReadAll {
       return (await kysely.executeQuery<R>(CompiledQuery.raw(text, [...params]))).rows;
     };
   }
+  // a registered text (fixed, bounded) pipelined; an unnamed one (a search's, built per filter and
+  // heavier) from the pool, where it blocks no read queued behind it
   const pgRead = db.pgRead!;
-  return <R>(text: string, params: readonly unknown[], named = true) => pgRead<R>(named ? pgText(text) : numbered(text), params);
+  const pointRead = pgPointRead(db);
+  return <R>(text: string, params: readonly unknown[], named = true) => (named ? pointRead<R>(pgText(text), params) : pgRead<R>(numbered(text), params));
 }
 
 /**

@@ -238,6 +238,22 @@ registerScrapeMetric({
 });
 
 registerScrapeMetric({
+  name: 'locker_db_pg_pipelined_reads_total',
+  type: 'counter',
+  help: 'PostgreSQL with database.pgReadPipelines > 0: small fixed reads pipelined on the connections of their own since the start, by outcome: answered (rows or the server\'s error); resent (the connection died before the answer: sent once more on a fresh one); connections opened (outcome connection_opened). Absent without pipelines',
+  labelNames: ['outcome'],
+  async collect(ctx) {
+    const st = ctx.db.pgPipelines?.stats;
+    if (!st) return [];
+    return [
+      { labels: { outcome: 'answered' }, value: st.reads },
+      { labels: { outcome: 'resent' }, value: st.resent },
+      { labels: { outcome: 'connection_opened' }, value: st.opened },
+    ];
+  },
+});
+
+registerScrapeMetric({
   name: 'locker_sqlite_checkpoint_thread_up',
   help: 'SQLite with database.sqliteCheckpoints background: 1 while the WAL checkpoint thread works, 0 once it failed (checkpoints run inside the commits again, on the event loop). Absent otherwise',
   // a label, so that the gauge has no sample at all without the thread (an unlabelled gauge reads 0)

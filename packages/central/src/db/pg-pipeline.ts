@@ -1,0 +1,166 @@
+// PostgreSQL: the small fixed reads of the tenant API (and of the edge sync) pipelined on a few
+// connections of their own, instead of one pooled connection per read.
+//
+// Through the pool, each read takes a connection, writes its statement, and waits for the answer:
+// one write and one read of a socket per read, and each write wakes a sleeping server process.
+// On the 2-core test machine a perf profile of GetAccount on PostgreSQL put 80 of its 300 us of
+// the service's CPU in writev, half of it waking the processes on the other end. Here every read
+// issued during one turn of the event loop goes to the least loaded of `connections` clients in
+// pg's pipeline mode, each statement with its own Sync (an error fails only its own statement),
+// and a client's statements of that turn leave in one write (the socket is corked until
+// setImmediate). The server answers them in order on the same connection.
+//
+// Only the registered (named, fixed, bounded) texts come here (db/prepared-read.ts); the heavy
+// reads (a GetShipments page, an account search) stay on the pool, where they run side by side
+// and block nothing behind them. A read whose connection dies before its answer (the server
+// restarted, the backend was terminated) is sent once more on a fresh connection: a read changes
+// nothing, so sending it twice is safe.
+import pg from 'pg';
+import { PgStatement, preparedName } from './pg-prepared';
+
+interface Corkable {
+  cork(): void;
+  uncork(): void;
+}
+
+/** the parts of pg's Client this module drives (pg 8.23's pipeline mode) */
+type PipeClient = pg.Client & {
+  _queryQueue: unknown[];
+  _sentQueryQueue: unknown[];
+  _queryable: boolean;
+  _ending: boolean;
+  _pulseQueryQueue(): void;
+  connection: { stream: Corkable };
+};
+
+export interface PipelineStats {
+  /** reads answered (rows or a server error) */
+  reads: number;
+  /** reads sent again because their connection died first */
+  resent: number;
+  /** connections opened since the start */
+  opened: number;
+}
+
+/** the server ended the session with this error (FATAL: the backend was terminated, the server shuts down) */
+function sessionEnded(err: Error): boolean {
+  const severity = (err as { severity?: string }).severity;
+  return severity === 'FATAL' || severity === 'PANIC';
+}
+
+export class PgReadPipelines {
+  private readonly clients: (PipeClient | undefined)[];
+  /** the sockets corked during this turn of the event loop, uncorked at setImmediate */
+  private readonly corked = new Set<Corkable>();
+  private flushScheduled = false;
+  private ended = false;
+  readonly stats: PipelineStats = { reads: 0, resent: 0, opened: 0 };
+
+  constructor(
+    private readonly config: pg.ClientConfig,
+    private readonly named: boolean,
+    connections: number,
+  ) {
+    if (!(connections >= 1)) throw new RangeError('PgReadPipelines: at least one connection');
+    this.clients = new Array<PipeClient | undefined>(connections).fill(undefined);
+  }
+
+  /** The rows of one statement ($1.. placeholders), as arrays with `array`; a registered text by its name. */
+  read<R>(text: string, values: readonly unknown[], array = false): Promise<R[]> {
+    return new Promise<R[]>((resolve, reject) => this.send(text, values, array, true, resolve as (rows: unknown[]) => void, reject));
+  }
+
+  private send(text: string, values: readonly unknown[], array: boolean, again: boolean, resolve: (rows: unknown[]) => void, reject: (err: Error) => void): void {
+    if (this.ended) {
+      reject(new Error('PostgreSQL read pipelines closed'));
+      return;
+    }
+    const c = this.pick();
+    const st = new PgStatement(text, values, this.named ? preparedName(text) : undefined, array ? 'array' : 'object');
+    st.callback = (err, rows) => {
+      if (!err) {
+        this.stats.reads++;
+        resolve(rows as unknown[]);
+        return;
+      }
+      // the server ended the session with this statement's error: no read goes there any more
+      if (sessionEnded(err)) this.retire(c);
+      // decided once the connection's own events have fired (a socket that closes fails every
+      // statement in flight first, and reports its end after)
+      setImmediate(() => {
+        if (again && !this.ended && (sessionEnded(err) || !this.clients.includes(c))) {
+          // the connection died before the answer: once more on a fresh one
+          this.stats.resent++;
+          this.send(text, values, array, false, resolve, reject);
+          return;
+        }
+        this.stats.reads++;
+        reject(err);
+      });
+    };
+    const stream = c.connection.stream;
+    if (!this.corked.has(stream)) {
+      stream.cork();
+      this.corked.add(stream);
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(this.flush);
+      }
+    }
+    // pg's client.query refuses query objects other than its own in pipeline mode (pg-cursor keeps
+    // a portal open across round trips); a PgStatement runs to its Sync like pg's Query, so it is
+    // queued as client.query would queue it
+    c._queryQueue.push(st);
+    c._pulseQueryQueue();
+  }
+
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    for (const s of this.corked) s.uncork();
+    this.corked.clear();
+  };
+
+  /** the client with the fewest statements waiting (a free slot is opened first) */
+  private pick(): PipeClient {
+    let best: PipeClient | undefined;
+    let bestLoad = Infinity;
+    for (let i = 0; i < this.clients.length; i++) {
+      let c = this.clients[i];
+      if (!c || !c._queryable || c._ending) c = this.open(i);
+      const load = c._queryQueue.length + c._sentQueryQueue.length;
+      if (load === 0) return c;
+      if (load < bestLoad) {
+        best = c;
+        bestLoad = load;
+      }
+    }
+    return best!;
+  }
+
+  private open(i: number): PipeClient {
+    const c = new pg.Client({ ...this.config, pipeline: true } as pg.ClientConfig) as PipeClient;
+    this.clients[i] = c;
+    this.stats.opened++;
+    const drop = () => this.retire(c);
+    // errors reach the statements in flight (pg fails them all); the client is replaced on the next read
+    c.on('error', drop);
+    c.on('end', drop);
+    c.connect().catch(drop);
+    return c;
+  }
+
+  /** a client no read is sent to any more (its slot opens a new one on the next read) */
+  private retire(c: PipeClient): void {
+    const i = this.clients.indexOf(c);
+    if (i >= 0) this.clients[i] = undefined;
+  }
+
+  /** Ends every connection after the statements already sent are answered. */
+  async end(): Promise<void> {
+    this.ended = true;
+    this.flush();
+    const open = this.clients.filter((c): c is PipeClient => c !== undefined);
+    this.clients.fill(undefined);
+    await Promise.all(open.map((c) => c.end().catch(() => undefined)));
+  }
+}
