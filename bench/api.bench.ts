@@ -63,6 +63,8 @@ function baseline(): Promise<Load> {
 const BARE_S = Number(process.env.BENCH_API_BARE_SECONDS ?? 2);
 /** the stores measured (BENCH_API_ENGINES, comma-separated; default both) */
 const ENGINES = (process.env.BENCH_API_ENGINES ?? 'sqlite,postgres').split(',').map((e) => e.trim());
+/** PostgreSQL: database.pgReadPipelines (BENCH_API_PG_PIPELINES; default 2 as the service's; 0: every read from the pool, as before) */
+const PG_PIPELINES = Number(process.env.BENCH_API_PG_PIPELINES ?? 2);
 /** seconds of load on each endpoint before it is measured (not counted) */
 const WARMUP_S = 1;
 
@@ -102,7 +104,7 @@ async function measureEngine(engine: 'sqlite' | 'postgres', bases: Baselines): P
   const pgSchema = engine === 'postgres' ? `bench_${crypto.randomBytes(5).toString('hex')}` : undefined;
   const config = loadConfig({
     env: {},
-    overrides: { database: { url: engine === 'sqlite' ? path.join(dir, 'bench.db') : PG_URL }, http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging' },
+    overrides: { database: { url: engine === 'sqlite' ? path.join(dir, 'bench.db') : PG_URL, pgReadPipelines: PG_PIPELINES }, http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 }, log: { level: 'silent' }, mqtt: { mode: 'off' }, environment: 'staging' },
   });
   const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
   const ctx = await svc.start();
