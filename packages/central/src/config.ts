@@ -42,9 +42,9 @@ export const ConfigSchema = z
         // transactions (db/checkpointer.ts); 'commit' inside the COMMIT that fills the WAL, on the
         // event loop (SQLite's automatic checkpoint)
         sqliteCheckpoints: z.enum(['background', 'commit']).default('background'),
-        // SQLite in a file: threads that run heavy reads (a GetShipments page and its total) on
-        // read-only connections of their own, off the event loop (db/read-pool.ts); 0: every read
-        // on the main connection
+        // SQLite in a file: threads that run reads (a GetShipments page and its total, searches,
+        // the tenant API's quick reads per turn of the event loop) on read-only connections of
+        // their own, off the event loop (db/read-pool.ts); 0: every read on the main connection
         sqliteReadThreads: z.coerce.number().int().min(0).max(16).default(1),
         poolSize: z.coerce.number().int().min(1).max(100).default(10),
         // PostgreSQL: the booking's hot statements as named prepared statements (parsed once per

@@ -5,7 +5,10 @@
 //   main connection is not (committed rows only, one snapshot for the page and its total);
 // - a thread that dies with reads in flight loses none of them (the main connection reads them) and
 //   is started again; a read that fails in the thread is read on the main connection too;
-// - GetAccounts searches are read by the thread too, with the same answers; the plain listing is not;
+// - GetAccounts searches are read by the thread too, with the same answers;
+// - the tenant API's quick reads (pick up points, lockers, accounts) of one turn of the event loop go
+//   to the thread in one message, each answered apart (a failing one fails alone), a booking
+//   acknowledged before them in them; a thread that dies with them loses none;
 // - a thread runs one search at a time: a page sent after several searches waits behind only the
 //   one running; at most MAX_WAITING searches wait (a read beyond is the caller's), and searches
 //   waiting when the thread dies fail over like the reads in it;
@@ -110,7 +113,7 @@ describe('SQLite read threads', () => {
     await notListedUncommitted(t, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })), b.shipmentUid, after.totalItems, true);
   });
 
-  it('GetAccounts searches are read by the thread, with the answers of the main connection; the plain listing is not', async () => {
+  it('GetAccounts searches are read by the thread, with the answers of the main connection; the plain listing too, as a quick read', async () => {
     for (let i = 0; i < 12; i++) {
       await ok(t.post('/v1/Account/CreateOrGetAccount', { emailAddress: `searcher${i}@example.test`, firstName: i % 2 ? 'Ann' : 'Bob', lastName: `Search${i}`, pickUpPointUid: PUP_A1 }));
     }
@@ -134,7 +137,7 @@ describe('SQLite read threads', () => {
       searches0.mockRestore();
       expect(pool().stats.reads - n, JSON.stringify(search)).toBe(threaded.items.length > 0 ? 2 : 1);
       // the same search with no thread to take it: on the main connection
-      const spies = [vi.spyOn(pool(), 'search').mockReturnValue(undefined), vi.spyOn(pool(), 'all').mockReturnValue(undefined)];
+      const spies = [vi.spyOn(pool(), 'search').mockReturnValue(undefined), vi.spyOn(pool(), 'all').mockReturnValue(undefined), vi.spyOn(pool(), 'quick').mockReturnValue(undefined)];
       try {
         expect(await ok(t.post('/v1/Account/GetAccounts', body)), JSON.stringify(search)).toEqual(threaded);
       } finally {
@@ -151,11 +154,22 @@ describe('SQLite read threads', () => {
     } finally {
       failing.mockRestore();
     }
-    // the plain listing (no filter) stays on the main connection: a small read, the message would cost more
-    const n = pool().stats.reads;
-    await ok(t.post('/v1/Account/GetAccounts', { pageNo: 1, pageSize: 10 }));
-    await ok(t.post('/v1/Account/GetAccounts', { pageNo: 2, pageSize: 5 }));
-    expect(pool().stats.reads).toBe(n);
+    // the plain listing (no filter) is a quick read: with the other quick reads of its turn of the
+    // event loop, in one message to the thread (SqliteReadPool.quick), the same answers as the main connection's
+    for (const body of [{ pageNo: 1, pageSize: 10 }, { pageNo: 2, pageSize: 5 }]) {
+      const n = pool().stats.reads;
+      const quick = vi.spyOn(pool(), 'quick');
+      const threaded = await ok(t.post('/v1/Account/GetAccounts', body));
+      expect(quick).toHaveBeenCalled();
+      quick.mockRestore();
+      expect(pool().stats.reads).toBeGreaterThan(n);
+      const spy = vi.spyOn(pool(), 'quick').mockReturnValue(undefined);
+      try {
+        expect(await ok(t.post('/v1/Account/GetAccounts', body))).toEqual(threaded);
+      } finally {
+        spy.mockRestore();
+      }
+    }
   });
 
   /** a live thread (one that died in an earlier attempt is started again a second later) */
@@ -277,6 +291,80 @@ describe('SQLite read threads', () => {
       return pool().stats.reads > n;
     }, 'a new read thread');
     expect(pool().workers()).toHaveLength(1);
+  });
+});
+
+describe('SQLite read threads: the tenant API\'s quick reads, one message per turn of the event loop', () => {
+  let t: TestService;
+  let user: string;
+  beforeAll(async () => {
+    t = await createTestService('sqlite', { config: { database: { sqliteReadThreads: 1 } } });
+    user = await addUser(t, PUP_A1);
+  });
+  afterAll(async () => t?.close());
+  const pool = () => t.ctx.db.readPool!;
+  /** the messages posted to the thread while fn runs */
+  async function posted<T>(fn: () => Promise<T>): Promise<{ result: T; messages: { op: string; reads?: unknown[] }[] }> {
+    if (pool().workers().length === 0) await pool().quick('select 1', [], 'pluck'); // the thread starts with its first read
+    const [worker] = pool().workers();
+    const messages: { op: string; reads?: unknown[] }[] = [];
+    const send = worker!.postMessage.bind(worker!);
+    const spy = vi.spyOn(worker!, 'postMessage').mockImplementation((m: unknown) => {
+      messages.push(m as { op: string });
+      send(m);
+    });
+    try {
+      return { result: await fn(), messages };
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  it('the quick reads of one turn go to the thread in one message, each answered with its own rows; a failing one fails alone', async () => {
+    await posted(async () => undefined); // a thread is up
+    const reads0 = pool().stats.reads;
+    const { result, messages } = await posted(() =>
+      Promise.allSettled([...Array.from({ length: 10 }, (_, i) => pool().quick<number>('select ? + 1', [i], 'pluck')!), pool().quick('select * from no_such_table', [], 'object')!, pool().quick<unknown[]>('select ?, ?', ['a', 2], 'raw')!]),
+    );
+    expect(messages.map((m) => m.op)).toEqual(['batch']);
+    expect(messages[0]!.reads).toHaveLength(12);
+    expect(result.slice(0, 10)).toEqual(Array.from({ length: 10 }, (_, i) => ({ status: 'fulfilled', value: [i + 1] })));
+    expect(result[10]!.status).toBe('rejected');
+    expect((result[10] as PromiseRejectedResult).reason).toMatchObject({ code: 'SQLITE_READ_FAILED' });
+    expect((result[10] as PromiseRejectedResult).reason.message).toContain('no such table');
+    expect(result[11]).toEqual({ status: 'fulfilled', value: [['a', 2]] });
+    expect(pool().stats.reads).toBe(reads0 + 11);
+  });
+
+  it('the API\'s reads are read by the thread: a booking acknowledged before them is in them', async () => {
+    const before = await ok(t.post('/v1/PickupPoints/GetAvailableLockers', { pageNo: 1, pageSize: 100, pupUid: PUP_A1 }));
+    const reads0 = pool().stats.reads;
+    const b = await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }));
+    const { result: after, messages } = await posted(() => ok(t.post('/v1/PickupPoints/GetAvailableLockers', { pageNo: 1, pageSize: 100, pupUid: PUP_A1 })));
+    expect(messages.map((m) => m.op)).toContain('batch');
+    expect(pool().stats.reads).toBeGreaterThan(reads0);
+    expect(after.totalItems).toBe(before.totalItems - 1);
+    const booked = (await t.ctx.db.kysely.selectFrom('shipments').select('locker_uid').where('uid', '=', b.shipmentUid).executeTakeFirstOrThrow()).locker_uid;
+    expect(after.items.map((l: { lockerUid: string }) => l.lockerUid)).not.toContain(booked);
+    expect(before.items.map((l: { lockerUid: string }) => l.lockerUid)).toContain(booked);
+    // and the account reads: GetAccount answers from the thread as from the main connection
+    const acc = await ok(t.post('/v1/Account/GetAccount', { userUid: user }));
+    expect(acc.userUid).toBe(user);
+  });
+
+  it('a thread that dies with a turn\'s reads in flight: every one of them is answered (by the main connection)', async () => {
+    await posted(async () => undefined); // a thread is up
+    const expected = await ok(t.post('/v1/PickupPoints/GetLockers', { pageNo: 1, pageSize: 100, pupUid: PUP_A1 }));
+    const failed0 = pool().stats.failed;
+    // the thread kept busy by a slow read, the API's reads of the next turn queued behind it
+    const slow = pool().page({ key: 'slow-q', count: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) SELECT count(*) FROM c', page: 'SELECT 1 LIMIT ? OFFSET ?', params: [], offset: 0, size: 1 });
+    const answers = Array.from({ length: 6 }, () => ok(t.post('/v1/PickupPoints/GetLockers', { pageNo: 1, pageSize: 100, pupUid: PUP_A1 })));
+    await new Promise((r) => setTimeout(r, 20));
+    const [worker] = pool().workers();
+    await worker!.terminate();
+    await expect(slow).rejects.toMatchObject({ code: 'SQLITE_READ_THREAD_LOST' });
+    for (const a of await Promise.all(answers)) expect(a).toEqual(expected);
+    expect(pool().stats.failed).toBeGreaterThanOrEqual(failed0 + 1 + 6);
   });
 });
 

@@ -272,7 +272,7 @@ export class AccountService {
   private readonly searchRead: ReadAll;
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.accounts' });
-    this.read = preparedReader(ctx.db);
+    this.read = preparedReader(ctx.db, { threads: true });
     this.searchRead = threadedReader(ctx.db);
   }
 

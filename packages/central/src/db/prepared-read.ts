@@ -110,19 +110,27 @@ function withLimit(text: string, limit: number): string {
  */
 export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false): Promise<{ rows: R[]; total?: number }> {
   const sqlite = db.sqlite!;
-  if (sqlite.inTransaction) {
+  const viaKysely = async (): Promise<{ rows: R[]; total?: number }> => {
     // through Kysely (it waits for the transaction), with LIMIT and OFFSET: the text's rows may be
     // many (a tenant's accounts); a page that is not full and not empty past the first tells the total
     let rows = (await db.kysely.executeQuery<R>(CompiledQuery.raw(`${text} ${SQLITE_LIMIT_OFFSET}`, [...params, size, offset]))).rows;
     if (raw) rows = rows.map((r) => (raw === 'pluck' ? Object.values(r as object)[0] : Object.values(r as object)) as R);
     return rows.length < size && (rows.length > 0 || offset === 0) ? { rows, total: offset + rows.length } : { rows };
-  }
+  };
+  if (sqlite.inTransaction) return viaKysely();
   const end = offset + size;
   if (end < MAX_LITERAL_LIMIT) {
     // the smallest power of two above the page's end: a read ending exactly there still tells its total
     let limit = 8;
     while (limit <= end) limit *= 2;
-    const all = (raw ? rawStatement(sqlite, withLimit(text, limit), raw === 'pluck') : sqliteStatement(sqlite, withLimit(text, limit))).all(params as unknown[]) as R[];
+    // with read threads: read by one (SqliteReadPool.quick); when it cannot, here (through Kysely
+    // if a transaction opened meanwhile: its uncommitted rows must not be read)
+    const pool = db.readPool;
+    let all = pool ? await threadAnswer(pool.quick<R>(withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object')) : undefined;
+    if (!all) {
+      if (sqlite.inTransaction) return viaKysely();
+      all = (raw ? rawStatement(sqlite, withLimit(text, limit), raw === 'pluck') : sqliteStatement(sqlite, withLimit(text, limit))).all(params as unknown[]) as R[];
+    }
     const rows = offset === 0 && all.length <= size ? all : all.slice(offset, end);
     return all.length < limit ? { rows, total: all.length } : { rows };
   }
@@ -146,11 +154,25 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
  */
 export type ReadRaw = (text: string, params: readonly unknown[]) => Promise<unknown[][]>;
 
-export function preparedRawReader(db: Db): ReadRaw {
+/**
+ * `threads` (SQLite with read threads): outside a transaction, the reads go to a read thread,
+ * gathered per turn of the event loop (SqliteReadPool.quick): the tenant API's reads. Without it
+ * (the edge sync's reads) on the main connection.
+ */
+export interface ReaderOptions {
+  threads?: boolean;
+}
+
+export function preparedRawReader(db: Db, opts: ReaderOptions = {}): ReadRaw {
   if (db.engine === 'sqlite') {
     const sqlite = db.sqlite!;
     const kysely = db.kysely;
+    const pool = opts.threads ? db.readPool : undefined;
     return async (text, params) => {
+      if (pool && !sqlite.inTransaction) {
+        const rows = await threadAnswer(pool.quick<unknown[]>(text, params, 'raw'));
+        if (rows) return rows;
+      }
       if (!sqlite.inTransaction) return rawStatement(sqlite, text).all(params as unknown[]) as unknown[][];
       return (await kysely.executeQuery<Record<string, unknown>>(CompiledQuery.raw(text, [...params]))).rows.map((r) => Object.values(r));
     };
@@ -166,14 +188,19 @@ function pgPointRead(db: Db): NonNullable<Db['pgRead']> {
 }
 
 /** The rows of a read (a SELECT with `?` placeholders) on the database's engine; see above. */
-export function preparedReader(db: Db): ReadAll {
+export function preparedReader(db: Db, opts: ReaderOptions = {}): ReadAll {
   const kysely = db.kysely;
   if (db.engine === 'sqlite') {
     const sqlite = db.sqlite!;
     let cache = statements.get(sqlite);
     if (!cache) statements.set(sqlite, (cache = new Map()));
     const stmts = cache;
+    const pool = opts.threads ? db.readPool : undefined;
     return async <R>(text: string, params: readonly unknown[]) => {
+      if (pool && !sqlite.inTransaction) {
+        const rows = await threadAnswer(pool.quick<R>(text, params, 'object'));
+        if (rows) return rows;
+      }
       if (!sqlite.inTransaction) {
         let st = stmts.get(text);
         if (!st) stmts.set(text, (st = sqlite.prepare(text)));

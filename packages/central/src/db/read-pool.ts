@@ -15,6 +15,11 @@
 // and all() answer undefined, or its promise rejects with ReadPoolError, and nothing is lost. A thread that
 // dies is started again at the next read one second later.
 //
+// The tenant API's quick reads (a point read, a short page: SqliteReadPool.quick) go to a thread
+// too, gathered per turn of the event loop: one message for all of them, read there in one read
+// transaction. On the main connection each paid a read transaction of its own (the WAL read lock:
+// three system calls) besides its statement; here one message and one read lock serve the turn.
+//
 // A thread runs at most one search at a time: the others wait in the pool until it answers, so a
 // GetShipments page waits behind at most the one search its thread is running, never behind a
 // queue of them (the quick reads, a page or one statement's rows, are handed to a thread at once).
@@ -86,6 +91,15 @@ export interface ReadPoolStats {
   overflowed: number;
 }
 
+/** a quick read waiting for the end of the turn (SqliteReadPool.quick) */
+interface QuickRead {
+  text: string;
+  params: readonly unknown[];
+  mode: 'object' | 'raw' | 'pluck';
+  resolve: (rows: unknown[]) => void;
+  reject: (e: Error) => void;
+}
+
 /** a thread's answer */
 interface Answer {
   ready?: boolean;
@@ -95,6 +109,8 @@ interface Answer {
   total?: number;
   rows?: unknown[];
   counted?: boolean;
+  /** 'batch': each quick read's rows or error, in the order sent */
+  answers?: { rows?: unknown[]; error?: string; code?: string | null }[];
 }
 
 interface Pending {
@@ -258,6 +274,66 @@ export class SqliteReadPool {
   search(req: { count: string; asc: string; desc: string; params: readonly unknown[]; offset: number; size: number }): Promise<{ total: number; rows: unknown[] }> | undefined {
     return this.send({ op: 'search', ...req }, (m) => ({ total: m.total!, rows: m.rows! }), true);
   }
+
+  /** quick reads gathered during this turn of the event loop, sent as one message at setImmediate (at most MAX_POSTED) */
+  private quickReads: QuickRead[] = [];
+
+  /**
+   * The rows of one quick read statement (a point read, a short page: the tenant API's reads),
+   * from a read thread. The quick reads of one turn of the event loop go to a thread as one
+   * message (at setImmediate) and are read there in one read transaction, each answered apart:
+   * one message each way and one WAL read lock for all of them, instead of a statement and a read
+   * lock each on the main connection. Rows as objects, as arrays ('raw') or their one column
+   * ('pluck'). Undefined when no thread can take it now, or MAX_POSTED wait for the turn's end;
+   * rejects with ReadPoolError (the thread failed this read, or died with it): the caller reads it
+   * on its own connection.
+   */
+  quick<R>(text: string, params: readonly unknown[], mode: 'object' | 'raw' | 'pluck'): Promise<R[]> | undefined {
+    if (!this.anyThread()) return undefined;
+    if (this.quickReads.length >= MAX_POSTED) {
+      this.stats.overflowed++;
+      return undefined;
+    }
+    return new Promise<R[]>((resolve, reject) => {
+      if (this.quickReads.length === 0) setImmediate(this.flushQuick);
+      this.quickReads.push({ text, params, mode, resolve: resolve as (rows: unknown[]) => void, reject });
+    });
+  }
+
+  private readonly flushQuick = (): void => {
+    const reads = this.quickReads;
+    this.quickReads = [];
+    if (reads.length === 0) return;
+    const t = this.pick(false);
+    if (!t) {
+      // no live thread with room (or the pool stopped): the callers read them on their own connection
+      this.stats.overflowed += reads.length;
+      const err = new ReadPoolError('SQLite read thread: no thread has room', 'SQLITE_READ_FAILED');
+      for (const r of reads) r.reject(err);
+      return;
+    }
+    this.post(t, {
+      message: { op: 'batch', reads: reads.map((r) => ({ text: r.text, params: r.params, mode: r.mode })) },
+      slow: false,
+      resolve: (m) => {
+        const answers = m.answers!;
+        for (let i = 0; i < reads.length; i++) {
+          const a = answers[i]!;
+          if (a.error !== undefined) {
+            this.stats.failed++;
+            reads[i]!.reject(new ReadPoolError(`SQLite read thread: ${a.error}${a.code ? ` (${a.code})` : ''}`, 'SQLITE_READ_FAILED'));
+          } else {
+            this.stats.reads++;
+            reads[i]!.resolve(a.rows!);
+          }
+        }
+      },
+      reject: (e) => {
+        this.stats.failed += reads.length;
+        for (const r of reads) r.reject(e);
+      },
+    });
+  };
 
   /** a live thread, or one started now (its slot's restart delay passed), if any */
   private anyThread(): boolean {

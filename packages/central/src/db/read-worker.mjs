@@ -23,7 +23,7 @@ const dataVersion = db.prepare('PRAGMA data_version').pluck();
  * 'object' rows as objects ('all'). A map per mode: the text itself is the key (no key string
  * built per read).
  */
-const statements = { pluck: new Map(), object: new Map() };
+const statements = { pluck: new Map(), object: new Map(), raw: new Map() };
 function statement(text, mode = 'pluck') {
   const cache = statements[mode];
   let st = cache.get(text);
@@ -31,9 +31,33 @@ function statement(text, mode = 'pluck') {
     if (cache.size >= 500) cache.clear();
     st = db.prepare(text);
     if (mode === 'pluck') st.pluck(true);
+    else if (mode === 'raw') st.raw(true);
     cache.set(text, st);
   }
   return st;
+}
+
+/**
+ * 'batch': the quick reads the main thread gathered in one turn of its event loop, each one
+ * statement's rows, all in one read transaction (one snapshot, one WAL read lock for them all);
+ * each answered apart: rows, or its own error.
+ */
+function batch(m) {
+  const answers = new Array(m.reads.length);
+  begin.run();
+  try {
+    for (let i = 0; i < m.reads.length; i++) {
+      const r = m.reads[i];
+      try {
+        answers[i] = { rows: statement(r.text, r.mode).all(r.params) };
+      } catch (err) {
+        answers[i] = { error: String(err?.message ?? err), code: err?.code ?? null };
+      }
+    }
+  } finally {
+    commit.run();
+  }
+  return { id: m.id, answers };
 }
 
 /** totals counted under `version` (data_version), by key; any commit elsewhere drops them all */
@@ -101,10 +125,10 @@ parentPort.on('message', (m) => {
     parentPort.close();
     return;
   }
-  if (m?.op !== 'page' && m?.op !== 'search' && m?.op !== 'all') return;
+  if (m?.op !== 'page' && m?.op !== 'search' && m?.op !== 'all' && m?.op !== 'batch') return;
   try {
     // 'all': the rows of one statement (its own read transaction)
-    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : { id: m.id, rows: statement(m.text, 'object').all(m.params) });
+    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : m.op === 'batch' ? batch(m) : { id: m.id, rows: statement(m.text, 'object').all(m.params) });
   } catch (err) {
     parentPort.postMessage({ id: m.id, error: String(err?.message ?? err), code: err?.code ?? null });
   }

@@ -182,8 +182,8 @@ export class PickupPointQueries {
   private readonly readRaw: ReadRaw;
 
   constructor(private readonly db: Db) {
-    this.read = preparedReader(db);
-    this.readRaw = preparedRawReader(db);
+    this.read = preparedReader(db, { threads: true });
+    this.readRaw = preparedRawReader(db, { threads: true });
   }
 
   /** Throws InvalidPupUid unless the tenant manages the PUP (unknown and foreign PUPs answer alike). */
