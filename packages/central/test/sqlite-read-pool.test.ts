@@ -352,6 +352,22 @@ describe('SQLite read threads: the tenant API\'s quick reads, one message per tu
     expect(acc.userUid).toBe(user);
   });
 
+  it('quick reads do not wait behind a search the thread is running: the main connection reads them at once', async () => {
+    await posted(async () => undefined); // a thread is up
+    const expected = await ok(t.post('/v1/PickupPoints/GetLockers', { pageNo: 1, pageSize: 100, pupUid: PUP_A1 }));
+    const overflowed = pool().stats.overflowed;
+    // a search whose count keeps the thread busy (counting to 5 million)
+    let searchDone = false;
+    const search = pool()
+      .search({ count: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) SELECT count(*) FROM c', asc: 'SELECT 1', desc: 'SELECT 1', params: [], offset: 1, size: 1 })!
+      .finally(() => (searchDone = true));
+    const answer = await ok(t.post('/v1/PickupPoints/GetLockers', { pageNo: 1, pageSize: 100, pupUid: PUP_A1 }));
+    expect(searchDone).toBe(false); // answered while the search still ran
+    expect(answer).toEqual(expected);
+    expect(pool().stats.overflowed).toBeGreaterThan(overflowed);
+    await search;
+  });
+
   it('a thread that dies with a turn\'s reads in flight: every one of them is answered (by the main connection)', async () => {
     await posted(async () => undefined); // a thread is up
     const expected = await ok(t.post('/v1/PickupPoints/GetLockers', { pageNo: 1, pageSize: 100, pupUid: PUP_A1 }));

@@ -35,6 +35,8 @@ const RESTART_MS = 1000;
 export const MAX_POSTED = 1024;
 /** searches waiting in the pool for a thread that runs none, at most */
 export const MAX_WAITING = 1024;
+/** a turn's quick reads go to a thread only while it holds fewer reads than this (none of them a search) */
+export const QUICK_BEHIND = 4;
 
 export interface PageRead {
   /** the key a total is held under (the statement's shape and parameters) */
@@ -285,8 +287,9 @@ export class SqliteReadPool {
    * one message each way and one WAL read lock for all of them, instead of a statement and a read
    * lock each on the main connection. Rows as objects, as arrays ('raw') or their one column
    * ('pluck'). Undefined when no thread can take it now, or MAX_POSTED wait for the turn's end;
-   * rejects with ReadPoolError (the thread failed this read, or died with it): the caller reads it
-   * on its own connection.
+   * rejects with ReadPoolError (the thread failed this read, or died with it, or at the turn's end
+   * every thread was running a search or held QUICK_BEHIND reads: quick reads do not wait behind
+   * those): the caller reads it on its own connection.
    */
   quick<R>(text: string, params: readonly unknown[], mode: 'object' | 'raw' | 'pluck'): Promise<R[]> | undefined {
     if (!this.anyThread()) return undefined;
@@ -305,10 +308,11 @@ export class SqliteReadPool {
     this.quickReads = [];
     if (reads.length === 0) return;
     const t = this.pick(false);
-    if (!t) {
-      // no live thread with room (or the pool stopped): the callers read them on their own connection
+    if (!t || t.slowPosted || t.pending.size >= QUICK_BEHIND) {
+      // no live thread with room, or the best one busy with a search (milliseconds) or a queue of
+      // pages: the callers read them on their own connection at once rather than wait behind that
       this.stats.overflowed += reads.length;
-      const err = new ReadPoolError('SQLite read thread: no thread has room', 'SQLITE_READ_FAILED');
+      const err = new ReadPoolError('SQLite read thread: no thread free for quick reads', 'SQLITE_READ_FAILED');
       for (const r of reads) r.reject(err);
       return;
     }
