@@ -76,6 +76,53 @@ describe.skipIf(!url)('PostgreSQL reads pipelined on connections of their own', 
     expect(new Set(rows.map((r) => r[0]!.pid)).size).toBe(2);
   });
 
+  it('a connection whose one read the server is running counts as busy: the next read goes to the idle one', async () => {
+    const p = pipelines(2);
+    await Promise.all([p.read(ECHO, [0]), p.read(ECHO, [1])]); // both connected
+    let slowDone = false;
+    const slow = p.read<{ n: number }>(SLOW, [0.6]).then((r) => ((slowDone = true), r));
+    await new Promise((r) => setTimeout(r, 100)); // the server runs it: pg holds it as the active read, in no queue
+    const quick = await p.read<{ n: number }>(ECHO, [5]);
+    expect(quick[0]!.n).toBe(5);
+    expect(slowDone).toBe(false); // answered while the slow read still ran, by the other connection
+    expect((await slow)[0]!.n).toBe(7);
+  });
+
+  it('a connection that goes silent (a firewall drops it without a word): its reads are resent once it has answered nothing for the stall time', async () => {
+    // a TCP proxy to the server that can silence one connection in both directions
+    const conns: { silent: boolean; up: net.Socket; down: net.Socket }[] = [];
+    const target = new URL(url!);
+    const proxy = net.createServer((down) => {
+      const up = net.connect(Number(target.port || 5432), target.hostname);
+      const c = { silent: false, up, down };
+      conns.push(c);
+      down.on('data', (d) => void (c.silent || up.write(d)));
+      up.on('data', (d) => void (c.silent || down.write(d)));
+      for (const s of [up, down]) s.on('error', () => undefined);
+      down.on('close', () => up.destroy());
+      up.on('close', () => down.destroy());
+    });
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    try {
+      const via = new URL(url!);
+      via.hostname = '127.0.0.1';
+      via.port = String((proxy.address() as net.AddressInfo).port);
+      const p = new PgReadPipelines({ connectionString: via.toString() }, true, 1, 300);
+      opened.push(p);
+      await p.read(ECHO, [0]);
+      conns[0]!.silent = true;
+      const t0 = Date.now();
+      const answers = await Promise.all([1, 2, 3].map((i) => p.read<{ n: number }>(ECHO, [i])));
+      expect(answers.map((r) => r[0]!.n)).toEqual([1, 2, 3]);
+      expect(Date.now() - t0).toBeLessThan(5000);
+      expect(p.stats.resent).toBe(3);
+      expect(p.stats.opened).toBe(2);
+    } finally {
+      for (const c of conns) c.down.destroy();
+      await new Promise((r) => proxy.close(r));
+    }
+  });
+
   it('a statement that fails fails alone: the reads beside it in the same write are answered', async () => {
     const p = pipelines(1);
     await p.read(ECHO, [0]);

@@ -48,8 +48,14 @@ function sessionEnded(err: Error): boolean {
   return severity === 'FATAL' || severity === 'PANIC';
 }
 
+/** a connection with reads outstanding and no answer for this long is taken for dead (its socket destroyed: the reads are resent) */
+export const STALL_MS = 30_000;
+
 export class PgReadPipelines {
   private readonly clients: (PipeClient | undefined)[];
+  /** per client: reads sent and not yet answered (the one the server is running included), and when it last answered */
+  private readonly outstanding = new Map<PipeClient, { n: number; progressAt: number }>();
+  private watchdog: NodeJS.Timeout | undefined;
   /** the sockets corked during this turn of the event loop, uncorked at setImmediate */
   private readonly corked = new Set<Corkable>();
   private flushScheduled = false;
@@ -60,9 +66,24 @@ export class PgReadPipelines {
     private readonly config: pg.ClientConfig,
     private readonly named: boolean,
     connections: number,
+    private readonly stallMs = STALL_MS,
   ) {
     if (!(connections >= 1)) throw new RangeError('PgReadPipelines: at least one connection');
     this.clients = new Array<PipeClient | undefined>(connections).fill(undefined);
+  }
+
+  /**
+   * A connection that a firewall or NAT dropped without a word answers nothing, and its socket
+   * would wait for the kernel's retransmission timeout (about 15 minutes): one that holds reads
+   * and has answered none for stallMs is destroyed, so its reads are resent on a fresh one.
+   */
+  private watch(): void {
+    if (this.watchdog) return;
+    this.watchdog = setInterval(() => {
+      const now = Date.now();
+      for (const [c, o] of this.outstanding) if (o.n > 0 && now - o.progressAt > this.stallMs) (c.connection.stream as unknown as { destroy(): void }).destroy();
+    }, Math.max(10, Math.min(5_000, this.stallMs / 3)));
+    this.watchdog.unref();
   }
 
   /** The rows of one statement ($1.. placeholders), as arrays with `array`; a registered text by its name. */
@@ -77,7 +98,12 @@ export class PgReadPipelines {
     }
     const c = this.pick();
     const st = new PgStatement(text, values, this.named ? preparedName(text) : undefined, array ? 'array' : 'object');
+    const o = this.outstanding.get(c)!;
+    if (o.n++ === 0) o.progressAt = Date.now();
     st.callback = (err, rows) => {
+      o.n--;
+      o.progressAt = Date.now();
+      if (o.n === 0 && !this.clients.includes(c)) this.outstanding.delete(c);
       if (!err) {
         this.stats.reads++;
         resolve(rows as unknown[]);
@@ -91,7 +117,11 @@ export class PgReadPipelines {
         if (again && !this.ended && (sessionEnded(err) || !this.clients.includes(c))) {
           // the connection died before the answer: once more on a fresh one
           this.stats.resent++;
-          this.send(text, values, array, false, resolve, reject);
+          try {
+            this.send(text, values, array, false, resolve, reject);
+          } catch (e) {
+            reject(e as Error);
+          }
           return;
         }
         this.stats.reads++;
@@ -120,14 +150,17 @@ export class PgReadPipelines {
     this.corked.clear();
   };
 
-  /** the client with the fewest statements waiting (a free slot is opened first) */
+  /** the client with the fewest reads outstanding, the one the server is running included (a free slot is opened first) */
   private pick(): PipeClient {
     let best: PipeClient | undefined;
     let bestLoad = Infinity;
     for (let i = 0; i < this.clients.length; i++) {
       let c = this.clients[i];
-      if (!c || !c._queryable || c._ending) c = this.open(i);
-      const load = c._queryQueue.length + c._sentQueryQueue.length;
+      if (!c || !c._queryable || c._ending) {
+        if (c) this.retire(c);
+        c = this.open(i);
+      }
+      const load = this.outstanding.get(c)!.n;
       if (load === 0) return c;
       if (load < bestLoad) {
         best = c;
@@ -138,8 +171,11 @@ export class PgReadPipelines {
   }
 
   private open(i: number): PipeClient {
-    const c = new pg.Client({ ...this.config, pipeline: true } as pg.ClientConfig) as PipeClient;
+    // keepalive: an idle connection that a firewall dropped is found out and replaced
+    const c = new pg.Client({ keepAlive: true, keepAliveInitialDelayMillis: 10_000, ...this.config, pipeline: true } as pg.ClientConfig) as PipeClient;
     this.clients[i] = c;
+    this.outstanding.set(c, { n: 0, progressAt: Date.now() });
+    this.watch();
     this.stats.opened++;
     const drop = () => this.retire(c);
     // errors reach the statements in flight (pg fails them all); the client is replaced on the next read
@@ -149,15 +185,24 @@ export class PgReadPipelines {
     return c;
   }
 
-  /** a client no read is sent to any more (its slot opens a new one on the next read) */
+  /**
+   * A client no read is sent to any more (its slot opens a new one on the next read). Its socket
+   * is destroyed unless it is closing already: pg leaves it open after some client-side errors
+   * (an unexpected message, a failed authentication step), with reads waiting on it.
+   */
   private retire(c: PipeClient): void {
     const i = this.clients.indexOf(c);
     if (i >= 0) this.clients[i] = undefined;
+    const o = this.outstanding.get(c);
+    if (o && o.n === 0) this.outstanding.delete(c);
+    const stream = c.connection.stream as unknown as { destroyed?: boolean; destroy(): void };
+    if (!c._ending && !stream.destroyed) stream.destroy();
   }
 
   /** Ends every connection after the statements already sent are answered. */
   async end(): Promise<void> {
     this.ended = true;
+    if (this.watchdog) clearInterval(this.watchdog);
     this.flush();
     const open = this.clients.filter((c): c is PipeClient => c !== undefined);
     this.clients.fill(undefined);
