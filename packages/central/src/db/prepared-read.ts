@@ -16,7 +16,7 @@ import type BetterSqlite3 from 'better-sqlite3';
 import { CompiledQuery } from 'kysely';
 import type { Db } from './database';
 import { registerPreparedStatement } from './pg-prepared';
-import { threadAnswer } from './read-pool';
+import { threadAnswer, type SqliteReadPool } from './read-pool';
 
 const pgTexts = new Map<string, string>();
 
@@ -126,7 +126,7 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
     // with read threads: read by one (SqliteReadPool.quick); when it cannot, here (through Kysely
     // if a transaction opened meanwhile: its uncommitted rows must not be read)
     const pool = db.readPool;
-    let all = pool ? await threadAnswer(pool.quick<R>(withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object')) : undefined;
+    let all = pool && (await threadRead<R>(pool, sqlite, withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object'));
     if (!all) {
       if (sqlite.inTransaction) return viaKysely();
       all = (raw ? rawStatement(sqlite, withLimit(text, limit), raw === 'pluck') : sqliteStatement(sqlite, withLimit(text, limit))).all(params as unknown[]) as R[];
@@ -155,6 +155,16 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
 export type ReadRaw = (text: string, params: readonly unknown[]) => Promise<unknown[][]>;
 
 /**
+ * A quick read by a read thread (SqliteReadPool.quick) when there is a pool and no transaction is
+ * open on the main connection; undefined when the caller must read it itself (then it checks for
+ * a transaction again: one may have opened meanwhile).
+ */
+async function threadRead<R>(pool: SqliteReadPool | undefined, sqlite: BetterSqlite3.Database, text: string, params: readonly unknown[], mode: 'object' | 'raw' | 'pluck'): Promise<R[] | undefined> {
+  if (!pool || sqlite.inTransaction) return undefined;
+  return threadAnswer(pool.quick<R>(text, params, mode));
+}
+
+/**
  * `threads` (SQLite with read threads): outside a transaction, the reads go to a read thread,
  * gathered per turn of the event loop (SqliteReadPool.quick): the tenant API's reads. Without it
  * (the edge sync's reads) on the main connection.
@@ -169,10 +179,8 @@ export function preparedRawReader(db: Db, opts: ReaderOptions = {}): ReadRaw {
     const kysely = db.kysely;
     const pool = opts.threads ? db.readPool : undefined;
     return async (text, params) => {
-      if (pool && !sqlite.inTransaction) {
-        const rows = await threadAnswer(pool.quick<unknown[]>(text, params, 'raw'));
-        if (rows) return rows;
-      }
+      const rows = pool && (await threadRead<unknown[]>(pool, sqlite, text, params, 'raw'));
+      if (rows) return rows;
       if (!sqlite.inTransaction) return rawStatement(sqlite, text).all(params as unknown[]) as unknown[][];
       return (await kysely.executeQuery<Record<string, unknown>>(CompiledQuery.raw(text, [...params]))).rows.map((r) => Object.values(r));
     };
@@ -197,10 +205,8 @@ export function preparedReader(db: Db, opts: ReaderOptions = {}): ReadAll {
     const stmts = cache;
     const pool = opts.threads ? db.readPool : undefined;
     return async <R>(text: string, params: readonly unknown[]) => {
-      if (pool && !sqlite.inTransaction) {
-        const rows = await threadAnswer(pool.quick<R>(text, params, 'object'));
-        if (rows) return rows;
-      }
+      const rows = pool && (await threadRead<R>(pool, sqlite, text, params, 'object'));
+      if (rows) return rows;
       if (!sqlite.inTransaction) {
         let st = stmts.get(text);
         if (!st) stmts.set(text, (st = sqlite.prepare(text)));

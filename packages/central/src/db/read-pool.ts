@@ -68,6 +68,11 @@ export class ReadPoolError extends Error {
   }
 }
 
+/** a read the thread answered with an error (the caller reads it on its own connection) */
+function readFailed(error: string, code: string | null | undefined): ReadPoolError {
+  return new ReadPoolError(`SQLite read thread: ${error}${code ? ` (${code})` : ''}`, 'SQLITE_READ_FAILED');
+}
+
 /**
  * What a read thread answered, or undefined when it could not serve the read (no thread could take
  * it, or ReadPoolError): the caller then reads it on its own connection. Any other error is thrown.
@@ -155,7 +160,7 @@ class ReadThread {
       this.pending.delete(m.id!);
       if (this.pending.size === 0) this.worker.unref();
       if (p.slow) this.slowPosted = false;
-      if (m.error !== undefined) p.reject(new ReadPoolError(`SQLite read thread: ${m.error}${m.code ? ` (${m.code})` : ''}`, 'SQLITE_READ_FAILED'));
+      if (m.error !== undefined) p.reject(readFailed(m.error, m.code));
       else p.resolve(m);
       onAnswer();
     });
@@ -325,7 +330,7 @@ export class SqliteReadPool {
           const a = answers[i]!;
           if (a.error !== undefined) {
             this.stats.failed++;
-            reads[i]!.reject(new ReadPoolError(`SQLite read thread: ${a.error}${a.code ? ` (${a.code})` : ''}`, 'SQLITE_READ_FAILED'));
+            reads[i]!.reject(readFailed(a.error, a.code));
           } else {
             this.stats.reads++;
             reads[i]!.resolve(a.rows!);
