@@ -54,8 +54,9 @@ export const ConfigSchema = z
         // PostgreSQL: connections (besides the pool) on which the small fixed reads of the API and
         // the edge sync are pipelined, each turn of the event loop's reads in one write
         // (db/pg-pipeline.ts); 0: every read takes a pooled connection. Set 0 behind a pooler
-        // that cannot carry pipelined statements.
-        pgReadPipelines: z.coerce.number().int().min(0).max(32).default(2),
+        // that cannot carry pipelined statements. Unset: 2, or 0 with pgPreparedStatements false
+        // (that setting says a transaction-mode pooler is in between).
+        pgReadPipelines: z.coerce.number().int().min(0).max(32).optional(),
       })
       .strict()
       .prefault({}),

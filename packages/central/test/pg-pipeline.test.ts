@@ -11,6 +11,7 @@ import { openDatabase, type Db } from '../src/db/database';
 import { PgReadPipelines } from '../src/db/pg-pipeline';
 import { registerPreparedStatement } from '../src/db/pg-prepared';
 import { preparedReader } from '../src/db/prepared-read';
+import { loadConfig } from '../src/config';
 import { pgUrl } from './support/harness';
 
 const url = pgUrl();
@@ -191,6 +192,15 @@ describe.skipIf(!url)('PostgreSQL reads pipelined on connections of their own', 
     expect(p.stats.resent).toBe(1);
   });
 
+  it('a connection the server refuses at startup (FATAL): the read fails with the server\'s error, not a bare "terminated"', async () => {
+    const u = new URL(url!);
+    const p = pipelines(2, { connectionString: `${u.protocol}//${u.username ? `${u.username}@` : ''}${u.host}/no_such_db_${tag}` });
+    const t0 = Date.now();
+    const reads = await Promise.allSettled([p.read(ECHO, [1]), p.read(ECHO, [2]), p.read(ECHO, [3])]);
+    for (const r of reads) expect(r).toMatchObject({ status: 'rejected', reason: { code: '3D000', message: expect.stringMatching(/does not exist/) } });
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
   it('after end(), a read is refused; the reads sent before it are answered', async () => {
     const p = pipelines(1);
     await p.read(ECHO, [0]);
@@ -234,5 +244,24 @@ describe.skipIf(!url)('the store: registered reads through the pipelines, unname
     expect(off.pgPipelines).toBeUndefined();
     const read = preparedReader(off);
     expect(await read<{ t: string }>(`SELECT ? :: text AS t /* ${tag} */`, ['z'])).toEqual([{ t: 'z' }]);
+  });
+
+  it('unset: 2 pipelines, none with pgPreparedStatements false (a transaction-mode pooler in between) unless set', async () => {
+    const cfg = (database: Record<string, unknown>) => loadConfig({ env: {}, overrides: { database: { url: url!, ...database } } }).database;
+    const opened: Db[] = [];
+    try {
+      for (const [database, expected] of [
+        [{}, 2],
+        [{ pgPreparedStatements: false }, undefined],
+        [{ pgPreparedStatements: false, pgReadPipelines: 1 }, 1],
+      ] as const) {
+        const c = cfg(database);
+        const d = await openDatabase({ url: url!, pgSchema: schema, pgPreparedStatements: c.pgPreparedStatements, pgReadPipelines: c.pgReadPipelines });
+        opened.push(d);
+        expect((d.pgPipelines as unknown as { clients?: unknown[] } | undefined)?.clients?.length, JSON.stringify(database)).toBe(expected);
+      }
+    } finally {
+      for (const d of opened) await d.close();
+    }
   });
 });

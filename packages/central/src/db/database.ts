@@ -66,7 +66,7 @@ export interface OpenDatabaseOptions {
   poolSize?: number;
   /** PostgreSQL: send the registered hot statements as named prepared statements (default true) */
   pgPreparedStatements?: boolean;
-  /** PostgreSQL: connections on which the small fixed reads are pipelined (db/pg-pipeline.ts; default 2, 0: every read from the pool) */
+  /** PostgreSQL: connections on which the small fixed reads are pipelined (db/pg-pipeline.ts; default 2, or 0 with pgPreparedStatements false; 0: every read from the pool) */
   pgReadPipelines?: number;
   /** PostgreSQL schema to use (created if missing); tests use one per test file. */
   pgSchema?: string;
@@ -126,7 +126,8 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
     if (schema) await pool.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
     const named = opts.pgPreparedStatements !== false;
     const kysely = new Kysely<Database>({ dialect: new LockerPostgresDialect({ pool: withPreparedStatements(pool, named) }) });
-    const pipes = opts.pgReadPipelines ?? 2;
+    // unset: 2; none when prepared statements are off (a transaction-mode pooler is in between)
+    const pipes = opts.pgReadPipelines ?? (named ? 2 : 0);
     const pgPipelines = pipes > 0 ? new PgReadPipelines({ connectionString: opts.url, ...(schema ? { options: `-c search_path=${schema}` } : {}) }, named, pipes) : undefined;
     return makeDb(kysely, 'postgres', { pool, pgRead: pooledReader(pool, named), pgPipelines }, schema);
   }

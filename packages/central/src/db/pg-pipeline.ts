@@ -59,6 +59,8 @@ export class PgReadPipelines {
   /** the sockets corked during this turn of the event loop, uncorked at setImmediate */
   private readonly corked = new Set<Corkable>();
   private flushScheduled = false;
+  /** per client whose connect() failed: the error it failed with (the server's, when it answered) */
+  private readonly startupErrors = new WeakMap<PipeClient, Error>();
   private ended = false;
   readonly stats: PipelineStats = { reads: 0, resent: 0, opened: 0 };
 
@@ -125,7 +127,10 @@ export class PgReadPipelines {
           return;
         }
         this.stats.reads++;
-        reject(err);
+        // a connection the server refused at startup (a FATAL: no such database, too many
+        // connections, authentication): its reads fail with that error, not pg's bare "Connection
+        // terminated unexpectedly"
+        reject(this.startupErrors.get(c) ?? err);
       });
     };
     const stream = c.connection.stream;
@@ -181,7 +186,10 @@ export class PgReadPipelines {
     // errors reach the statements in flight (pg fails them all); the client is replaced on the next read
     c.on('error', drop);
     c.on('end', drop);
-    c.connect().catch(drop);
+    c.connect().catch((err: Error) => {
+      this.startupErrors.set(c, err);
+      drop();
+    });
     return c;
   }
 
