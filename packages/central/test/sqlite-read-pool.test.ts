@@ -113,7 +113,7 @@ describe('SQLite read threads', () => {
     await notListedUncommitted(t, () => listShipments(t.ctx.db, filter({ active: true, pageSize: 100 })), b.shipmentUid, after.totalItems, true);
   });
 
-  it('GetAccounts searches are read by the thread, with the answers of the main connection; the plain listing too, as a quick read', async () => {
+  it('GetAccounts searches are read by the thread, with the answers of the main connection; the plain listing too (its first page as a quick read, its count and later pages as a search)', async () => {
     for (let i = 0; i < 12; i++) {
       await ok(t.post('/v1/Account/CreateOrGetAccount', { emailAddress: `searcher${i}@example.test`, firstName: i % 2 ? 'Ann' : 'Bob', lastName: `Search${i}`, pickUpPointUid: PUP_A1 }));
     }
@@ -154,20 +154,38 @@ describe('SQLite read threads', () => {
     } finally {
       failing.mockRestore();
     }
-    // the plain listing (no filter) is a quick read: with the other quick reads of its turn of the
-    // event loop, in one message to the thread (SqliteReadPool.quick), the same answers as the main connection's
-    for (const body of [{ pageNo: 1, pageSize: 10 }, { pageNo: 2, pageSize: 5 }]) {
+    // the plain listing (no filter): its first page is a quick read (with the other quick reads of
+    // its turn of the event loop, in one message to the thread: SqliteReadPool.quick); its count
+    // (after a full first page) and its later pages (a count and an OFFSET walk: milliseconds over
+    // a tenant's accounts) run as a search does, never among the quick reads, which would wait for
+    // them. The same answers as the main connection's.
+    for (const [body, heavy] of [
+      [{ pageNo: 1, pageSize: 100 }, 'none'],
+      [{ pageNo: 1, pageSize: 5 }, 'count'],
+      [{ pageNo: 2, pageSize: 5 }, 'search'],
+    ] as const) {
       const n = pool().stats.reads;
       const quick = vi.spyOn(pool(), 'quick');
-      const threaded = await ok(t.post('/v1/Account/GetAccounts', body));
-      expect(quick).toHaveBeenCalled();
-      quick.mockRestore();
+      const all = vi.spyOn(pool(), 'all');
+      const search = vi.spyOn(pool(), 'search');
+      let threaded: Record<string, unknown>;
+      try {
+        threaded = await ok(t.post('/v1/Account/GetAccounts', body));
+        expect(quick, JSON.stringify(body)).toHaveBeenCalled(); // the page's rows
+        for (const [text] of quick.mock.calls) expect(text, JSON.stringify(body)).not.toMatch(/count\(|offset/i);
+        expect(search).toHaveBeenCalledTimes(heavy === 'search' ? 1 : 0);
+        const slowCounts = all.mock.calls.filter(([text, , slow]) => slow === true && /count\(/.test(text));
+        expect(slowCounts, JSON.stringify(body)).toHaveLength(heavy === 'count' ? 1 : 0);
+      } finally {
+        for (const spy of [quick, all, search]) spy.mockRestore();
+      }
       expect(pool().stats.reads).toBeGreaterThan(n);
-      const spy = vi.spyOn(pool(), 'quick').mockReturnValue(undefined);
+      expect(threaded.totalItems).toBeGreaterThan(5);
+      const spies = [vi.spyOn(pool(), 'search').mockReturnValue(undefined), vi.spyOn(pool(), 'all').mockReturnValue(undefined), vi.spyOn(pool(), 'quick').mockReturnValue(undefined)];
       try {
         expect(await ok(t.post('/v1/Account/GetAccounts', body))).toEqual(threaded);
       } finally {
-        spy.mockRestore();
+        for (const spy of spies) spy.mockRestore();
       }
     }
   });
@@ -334,6 +352,27 @@ describe('SQLite read threads: the tenant API\'s quick reads, one message per tu
     expect((result[10] as PromiseRejectedResult).reason.message).toContain('no such table');
     expect(result[11]).toEqual({ status: 'fulfilled', value: [['a', 2]] });
     expect(pool().stats.reads).toBe(reads0 + 11);
+  });
+
+  it('a BLOB comes back from the thread as a Buffer, as from the main connection, in every kind of read', async () => {
+    await posted(async () => undefined); // a thread is up
+    const sqlite = t.ctx.db.sqlite!;
+    const text = "select x'00ff10' as b, 'x' as s";
+    const main = sqlite.prepare(text).get() as { b: unknown };
+    expect(Buffer.isBuffer(main.b)).toBe(true);
+    const reads0 = pool().stats.reads;
+    const [objects, raw, plucked, all] = await Promise.all([pool().quick<{ b: unknown; s: string }>(text, [], 'object')!, pool().quick<unknown[]>(text, [], 'raw')!, pool().quick<unknown>(text, [], 'pluck')!, pool().all<{ b: unknown }>(text, [])!]);
+    expect(pool().stats.reads).toBe(reads0 + 4); // all four read by the thread
+    for (const b of [objects[0]!.b, raw[0]![0], plucked[0], all[0]!.b]) {
+      expect(Buffer.isBuffer(b)).toBe(true);
+      expect((b as Buffer).equals(main.b as Buffer)).toBe(true);
+    }
+    expect(objects[0]!.s).toBe('x');
+    // a page and a search's page of BLOB values
+    const page = await pool().page({ key: 'blob', count: 'select 1', page: "select x'0102' limit ? offset ?", params: [], offset: 0, size: 1 })!;
+    const search = await pool().search({ count: 'select 1', asc: "select x'0304'", desc: "select x'0304'", params: [], offset: 0, size: 1 })!;
+    expect(Buffer.isBuffer(page.rows[0]) && (page.rows[0] as Buffer).equals(Buffer.from([1, 2]))).toBe(true);
+    expect(Buffer.isBuffer(search.rows[0]) && (search.rows[0] as Buffer).equals(Buffer.from([3, 4]))).toBe(true);
   });
 
   it('the API\'s reads are read by the thread: a booking acknowledged before them is in them', async () => {

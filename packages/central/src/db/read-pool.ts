@@ -107,6 +107,27 @@ interface QuickRead {
   reject: (e: Error) => void;
 }
 
+/** a BLOB's bytes as the main connection gives them (a Buffer), from the Uint8Array a thread's message carries */
+const toBuffer = (v: Uint8Array): Buffer => Buffer.from(v.buffer, v.byteOffset, v.byteLength);
+
+/**
+ * Turns the BLOBs of rows a thread answered (marked `blobs`: read-worker.mjs hasBlob) back into
+ * Buffers, in place: rows as objects, as arrays ('raw'), or values ('pluck').
+ */
+export function asBuffers(rows: unknown[]): void {
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i];
+    if (r === null || typeof r !== 'object') continue;
+    if (r instanceof Uint8Array) rows[i] = toBuffer(r);
+    else if (Array.isArray(r)) {
+      for (let j = 0; j < r.length; j++) if (r[j] instanceof Uint8Array) r[j] = toBuffer(r[j] as Uint8Array);
+    } else {
+      const o = r as Record<string, unknown>;
+      for (const k in o) if (o[k] instanceof Uint8Array) o[k] = toBuffer(o[k] as Uint8Array);
+    }
+  }
+}
+
 /** a thread's answer */
 interface Answer {
   ready?: boolean;
@@ -116,8 +137,10 @@ interface Answer {
   total?: number;
   rows?: unknown[];
   counted?: boolean;
+  /** rows holds a BLOB (a Uint8Array here, to be made a Buffer) */
+  blobs?: boolean;
   /** 'batch': each quick read's rows or error, in the order sent */
-  answers?: { rows?: unknown[]; error?: string; code?: string | null }[];
+  answers?: { rows?: unknown[]; error?: string; code?: string | null; blobs?: boolean }[];
 }
 
 interface Pending {
@@ -161,7 +184,11 @@ class ReadThread {
       if (this.pending.size === 0) this.worker.unref();
       if (p.slow) this.slowPosted = false;
       if (m.error !== undefined) p.reject(readFailed(m.error, m.code));
-      else p.resolve(m);
+      else {
+        if (m.blobs) asBuffers(m.rows!);
+        if (m.answers) for (const a of m.answers) if (a.blobs) asBuffers(a.rows!);
+        p.resolve(m);
+      }
       onAnswer();
     });
   }
@@ -267,10 +294,12 @@ export class SqliteReadPool {
   /**
    * The rows of one read statement, as objects, from a read thread (committed rows only);
    * undefined when no thread can take it now. Rejects with ReadPoolError as page() does: the
-   * caller reads it on its own connection then.
+   * caller reads it on its own connection then. `slow`: a statement that may take milliseconds (a
+   * count over a tenant's accounts): it waits and runs as a search does, and no quick read is
+   * queued behind it.
    */
-  all<R>(text: string, params: readonly unknown[]): Promise<R[]> | undefined {
-    return this.send<R[]>({ op: 'all', text, params }, (m) => m.rows as R[]);
+  all<R>(text: string, params: readonly unknown[], slow = false): Promise<R[]> | undefined {
+    return this.send<R[]>({ op: 'all', text, params }, (m) => m.rows as R[], slow);
   }
 
   /**

@@ -38,6 +38,26 @@ function statement(text, mode = 'pluck') {
 }
 
 /**
+ * True when a row holds a BLOB (better-sqlite3 gives a Buffer): a Buffer crosses to the main
+ * thread as a plain Uint8Array, which the pool turns back into a Buffer (read-pool.ts asBuffers)
+ * for answers so marked. Rows as objects, as arrays ('raw'), or values ('pluck').
+ */
+function hasBlob(rows) {
+  for (const r of rows) {
+    if (r === null || typeof r !== 'object') continue;
+    if (r instanceof Uint8Array) return true;
+    for (const v of Array.isArray(r) ? r : Object.values(r)) if (v instanceof Uint8Array) return true;
+  }
+  return false;
+}
+
+/** `out` with `blobs: true` when its rows hold a BLOB */
+function marked(out) {
+  if (hasBlob(out.rows)) out.blobs = true;
+  return out;
+}
+
+/**
  * 'batch': the quick reads the main thread gathered in one turn of its event loop, each one
  * statement's rows, all in one read transaction (one snapshot, one WAL read lock for them all);
  * each answered apart: rows, or its own error.
@@ -49,7 +69,7 @@ function batch(m) {
     for (let i = 0; i < m.reads.length; i++) {
       const r = m.reads[i];
       try {
-        answers[i] = { rows: statement(r.text, r.mode).all(r.params) };
+        answers[i] = marked({ rows: statement(r.text, r.mode).all(r.params) });
       } catch (err) {
         answers[i] = { error: String(err?.message ?? err), code: err?.code ?? null };
       }
@@ -81,7 +101,7 @@ function page(m) {
       totals.set(m.key, total);
     }
     const rows = total === 0 || m.offset >= total ? [] : statement(m.page).all([...m.params, m.size, m.offset]);
-    return { id: m.id, total, rows, counted };
+    return marked({ id: m.id, total, rows, counted });
   } finally {
     commit.run();
   }
@@ -104,7 +124,7 @@ function search(m) {
       const all = statement(`${m.asc} limit ${limit}`).all(m.params);
       const rows = all.length <= m.size ? all : all.slice(0, m.size);
       const total = all.length < limit ? all.length : rows.length < m.size ? rows.length : Number(statement(m.count).get(m.params));
-      return { id: m.id, total, rows };
+      return marked({ id: m.id, total, rows });
     }
     const total = Number(statement(m.count).get(m.params));
     if (m.offset >= total) return { id: m.id, total, rows: [] };
@@ -113,7 +133,7 @@ function search(m) {
     const reverse = fromEnd < m.offset;
     const rows = statement(`${reverse ? m.desc : m.asc} limit ? + 0 offset ? + 0`).all([...m.params, size, reverse ? fromEnd : m.offset]);
     if (reverse) rows.reverse();
-    return { id: m.id, total, rows };
+    return marked({ id: m.id, total, rows });
   } finally {
     commit.run();
   }
@@ -128,7 +148,7 @@ parentPort.on('message', (m) => {
   if (m?.op !== 'page' && m?.op !== 'search' && m?.op !== 'all' && m?.op !== 'batch') return;
   try {
     // 'all': the rows of one statement (its own read transaction)
-    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : m.op === 'batch' ? batch(m) : { id: m.id, rows: statement(m.text, 'object').all(m.params) });
+    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : m.op === 'batch' ? batch(m) : marked({ id: m.id, rows: statement(m.text, 'object').all(m.params) }));
   } catch (err) {
     parentPort.postMessage({ id: m.id, error: String(err?.message ?? err), code: err?.code ?? null });
   }
