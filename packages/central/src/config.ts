@@ -436,6 +436,9 @@ export function loadConfig(opts: LoadConfigOptions = {}): Config {
     const unknown = issue.code === 'unrecognized_keys' ? `unknown setting ${[...issue.path, ...(issue as any).keys].join('.')}` : `setting ${key}`;
     throw new ConfigError(`invalid ${unknown} (from ${where}): ${issue.message}`);
   }
+  // unset: 2, none with prepared statements off (a transaction-mode pooler in between); resolved
+  // here so that check-config prints the value in use
+  res.data.database.pgReadPipelines ??= res.data.database.pgPreparedStatements ? 2 : 0;
   return res.data;
 }
 

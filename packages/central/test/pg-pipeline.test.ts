@@ -256,6 +256,7 @@ describe.skipIf(!url)('the store: registered reads through the pipelines, unname
         [{ pgPreparedStatements: false, pgReadPipelines: 1 }, 1],
       ] as const) {
         const c = cfg(database);
+        expect(c.pgReadPipelines, 'resolved in the configuration (check-config prints it)').toBe(expected ?? 0);
         const d = await openDatabase({ url: url!, pgSchema: schema, pgPreparedStatements: c.pgPreparedStatements, pgReadPipelines: c.pgReadPipelines });
         opened.push(d);
         expect((d.pgPipelines as unknown as { clients?: unknown[] } | undefined)?.clients?.length, JSON.stringify(database)).toBe(expected);

@@ -174,8 +174,11 @@ describe('SQLite read threads', () => {
         expect(quick, JSON.stringify(body)).toHaveBeenCalled(); // the page's rows
         for (const [text] of quick.mock.calls) expect(text, JSON.stringify(body)).not.toMatch(/count\(|offset/i);
         expect(search).toHaveBeenCalledTimes(heavy === 'search' ? 1 : 0);
-        const slowCounts = all.mock.calls.filter(([text, , slow]) => slow === true && /count\(/.test(text));
+        // and the thread answered them (a read that failed over to the main connection would not)
+        if (heavy === 'search') expect(await search.mock.results[0]!.value).toMatchObject({ total: threaded.totalItems, rows: expect.any(Array) });
+        const slowCounts = all.mock.calls.flatMap(([text, , slow], i) => (slow && /count\(/.test(text) ? [all.mock.results[i]!.value] : []));
         expect(slowCounts, JSON.stringify(body)).toHaveLength(heavy === 'count' ? 1 : 0);
+        for (const answer of slowCounts) expect(await answer).toEqual([{ n: threaded.totalItems }]);
       } finally {
         for (const spy of [quick, all, search]) spy.mockRestore();
       }
@@ -188,6 +191,20 @@ describe('SQLite read threads', () => {
         for (const spy of spies) spy.mockRestore();
       }
     }
+  });
+
+  it('the plain listing\'s count and later pages do not wait behind a search the thread is running: the main connection reads them at once', async () => {
+    for (let i = 0; i < 7; i++) await ok(t.post('/v1/Account/CreateOrGetAccount', { emailAddress: `waiter${i}@example.test`, firstName: 'Wait', lastName: `Er${i}`, pickUpPointUid: PUP_A1 }));
+    const bodies = [{ pageNo: 1, pageSize: 5 }, { pageNo: 2, pageSize: 5 }];
+    const expected = await Promise.all(bodies.map((body) => ok(t.post('/v1/Account/GetAccounts', body))));
+    expect(expected[0].totalItems).toBeGreaterThan(5); // a full first page: it needs the count
+    let searchDone = false;
+    const search = pool()
+      .search({ count: 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) SELECT count(*) FROM c', asc: 'SELECT 1', desc: 'SELECT 1', params: [], offset: 1, size: 1 })!
+      .finally(() => (searchDone = true));
+    for (const [i, body] of bodies.entries()) expect(await ok(t.post('/v1/Account/GetAccounts', body))).toEqual(expected[i]);
+    expect(searchDone).toBe(false); // both answered while the search still ran
+    await search;
   });
 
   /** a live thread (one that died in an earlier attempt is started again a second later) */

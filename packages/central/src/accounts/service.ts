@@ -398,11 +398,12 @@ export class AccountService {
   // --- GetAccounts --------------------------------------------------------------------------
 
   /** the number a count text answers (`named`: see ReadAll) */
-  private async countOf(text: string, params: readonly unknown[], named: boolean): Promise<number> {
-    // SQLite with read threads: a count over a tenant's accounts can take milliseconds, so it runs
-    // as a search does (SqliteReadPool.all slow), not among the quick reads a thread answers in
-    // one batch (those would wait for it); the main connection when no thread can take it
-    const threaded = this.ctx.db.engine === 'sqlite' ? await threadAnswer(this.ctx.db.readPool?.all<{ n: number }>(text, params, true)) : undefined;
+  private async countOf(text: string, params: readonly unknown[], named: boolean, threads = false): Promise<number> {
+    // SQLite with read threads (`threads`): a count over a tenant's accounts can take
+    // milliseconds, so it runs as a search does (SqliteReadPool.all slow), not among the quick
+    // reads a thread answers in one batch (those would wait for it); but not behind the searches
+    // either: with every thread running one, on the main connection at once, as before
+    const threaded = threads && this.ctx.db.engine === 'sqlite' ? await threadAnswer(this.ctx.db.readPool?.all<{ n: number }>(text, params, 'now')) : undefined;
     return Number((threaded ?? (await this.read<{ n: number | string }>(text, params, named)))[0]!.n);
   }
 
@@ -520,12 +521,18 @@ export class AccountService {
       const page = await sqlitePage<AccountFieldsRow & { pup_name: string | null }>(this.ctx.db, PLAIN_LISTING_SQLITE, params, 0, b.pageSize);
       fetchedRows = page.rows;
       uids = page.rows.map((r) => r.uid);
-      total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named));
-    } else if ((searched = await threadAnswer(this.ctx.db.readPool?.search({ count: countText, asc: `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, desc: `select a.uid ${from} order by a.user_name_key desc, a.uid desc`, params, offset, size: b.pageSize })))) {
+      total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named, true));
+    } else if (
+      (searched = await threadAnswer(
+        // the plain listing's later page does not wait behind searches (named: wait false)
+        this.ctx.db.readPool?.search({ count: countText, asc: `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, desc: `select a.uid ${from} order by a.user_name_key desc, a.uid desc`, params, offset, size: b.pageSize }, !named),
+      ))
+    ) {
       // SQLite with read threads (db/read-pool.ts): a search's page of uids and its total (or a
-      // later page of the plain listing, whose count and OFFSET walk cost as much), read as below
-      // but by a read thread, off the event loop (a search costs milliseconds), in one snapshot;
-      // the page's rows by threadedReader (below). A search the pool cannot serve is read
+      // later page of the plain listing, whose count and OFFSET walk cost as much, but which reads
+      // on the main connection rather than wait behind searches), read as below but by a read
+      // thread, off the event loop (a search costs milliseconds), in one snapshot; the page's rows
+      // by threadedReader (below). A search the pool cannot serve (or refused) is read
       // below on the main connection. read-worker.mjs search() reads as the two branches below
       // do: change them together.
       total = searched.total;

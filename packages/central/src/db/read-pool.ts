@@ -231,20 +231,25 @@ export class SqliteReadPool {
     return this.send<PageResult>({ op: 'page', key: req.key, count: req.count, page: req.page, params: req.params, offset: req.offset, size: req.size }, (m) => ({ total: m.total!, rows: m.rows!, counted: m.counted! }));
   }
 
-  private send<T>(message: Record<string, unknown>, answer: (m: Answer) => T, slow = false): Promise<T> | undefined {
+  /**
+   * `slow`: a read of milliseconds (a search), at most one per thread: true waits in the pool for
+   * a thread that runs none; 'now' does not wait (undefined when every thread runs one: the caller
+   * reads it on its own connection at once).
+   */
+  private send<T>(message: Record<string, unknown>, answer: (m: Answer) => T, slow: boolean | 'now' = false): Promise<T> | undefined {
     // no thread can take it now (none live or startable): the caller's
     if (!this.anyThread()) return undefined;
     // searches that waited go first (a thread started again just now has room for them)
     if (this.slow.length) this.dispatch();
-    const t = this.pick(slow);
-    if (!t && (!slow || this.slow.length >= MAX_WAITING)) {
+    const t = this.pick(slow !== false);
+    if (!t && (slow !== true || this.slow.length >= MAX_WAITING)) {
       this.stats.overflowed++;
       return undefined;
     }
     return new Promise<T>((resolve, reject) => {
       const w: Waiting = {
         message,
-        slow,
+        slow: slow !== false,
         resolve: (m) => {
           this.stats.reads++;
           resolve(answer(m));
@@ -295,20 +300,22 @@ export class SqliteReadPool {
    * The rows of one read statement, as objects, from a read thread (committed rows only);
    * undefined when no thread can take it now. Rejects with ReadPoolError as page() does: the
    * caller reads it on its own connection then. `slow`: a statement that may take milliseconds (a
-   * count over a tenant's accounts): it waits and runs as a search does, and no quick read is
-   * queued behind it.
+   * count over a tenant's accounts): it runs as a search does (no quick read is queued behind it);
+   * 'now': only if a thread runs no search at once, else undefined (the caller reads it itself)
+   * rather than wait behind the searches.
    */
-  all<R>(text: string, params: readonly unknown[], slow = false): Promise<R[]> | undefined {
+  all<R>(text: string, params: readonly unknown[], slow: boolean | 'now' = false): Promise<R[]> | undefined {
     return this.send<R[]>({ op: 'all', text, params }, (m) => m.rows as R[], slow);
   }
 
   /**
    * A page of a search's matches (each row's one column, in `asc` order) and its total, in one
    * snapshot (read-worker.mjs search): `asc` and `desc` are the matches' SELECT ordered both ways,
-   * without LIMIT; `count` counts them. Undefined or ReadPoolError as page().
+   * without LIMIT; `count` counts them. Undefined or ReadPoolError as page(). `wait` false: not
+   * behind other searches (undefined when every thread runs one: the caller reads it itself).
    */
-  search(req: { count: string; asc: string; desc: string; params: readonly unknown[]; offset: number; size: number }): Promise<{ total: number; rows: unknown[] }> | undefined {
-    return this.send({ op: 'search', ...req }, (m) => ({ total: m.total!, rows: m.rows! }), true);
+  search(req: { count: string; asc: string; desc: string; params: readonly unknown[]; offset: number; size: number }, wait = true): Promise<{ total: number; rows: unknown[] }> | undefined {
+    return this.send({ op: 'search', ...req }, (m) => ({ total: m.total!, rows: m.rows! }), wait ? true : 'now');
   }
 
   /** quick reads gathered during this turn of the event loop, sent as one message at setImmediate (at most MAX_POSTED) */
