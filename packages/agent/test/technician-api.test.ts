@@ -275,6 +275,38 @@ describe('technician API', () => {
     w.lock(0, 6).takeItem();
   });
 
+  it('door test: a poll of the board missed during the unlock (a loaded machine, a noisy bus): reported at once as unobserved, opened unknown, not after the timeout', async () => {
+    const s = await login();
+    const sb = w.sim.bus('bus0');
+    // the door does not move, and the first status poll of its board after the unlock goes
+    // unanswered: the driver cannot tell a jam from a door that opened and closed unseen
+    sb.faults.set({ jammedDoor: [{ board: 0, lock: 9 }] });
+    let stage: 'armed' | 'unlocked' | 'missed' = 'armed';
+    const onFrame = (e: { dir: string; meaning: string }) => {
+      if (e.dir !== 'rx') return;
+      if (stage === 'armed' && e.meaning.startsWith('unlock board 0 lock 9')) stage = 'unlocked';
+      else if (stage === 'unlocked' && e.meaning === 'read status of board 0') {
+        stage = 'missed';
+        sb.faults.set({ noReply: true }); // the simulator answers this request after its listeners ran
+        queueMicrotask(() => sb.faults.set({ noReply: false }));
+      }
+    };
+    w.sim.on('frame', onFrame);
+    const t0 = Date.now();
+    try {
+      const res = await post('/api/actions/door-test', { locks: [{ bus: 'bus0', board: 0, lock: 9 }], timeoutMs: 30_000 }, s);
+      expect(res.status).toBe(200);
+      const { results } = (await res.json()) as any;
+      expect(stage).toBe('missed');
+      expect(results).toEqual([{ bus: 'bus0', board: 0, lock: 9, opened: null, closed: false, itemSeen: false, ms: null, fault: 'unobserved' }]);
+      // settled by the board's next good poll past the release grace, not by the 30 s timeout
+      expect(Date.now() - t0).toBeLessThan(10_000);
+    } finally {
+      w.sim.off('frame', onFrame);
+      sb.faults.set({ jammedDoor: [], noReply: false });
+    }
+  });
+
   it('bus scan: polling paused, the bus scanned with its own transport: found / missing / unexpected; no boardOffline or jam from the scan', async () => {
     const s = await login();
     const bus = w.agent.buses.bus('bus0');

@@ -137,7 +137,7 @@
   }
 
   // ---- state ----
-  const FAULTS = { jam: 'jammed', 'forced-open': 'forced open', 'left-open': 'left open', 'board-offline': 'board offline' };
+  const FAULTS = { jam: 'jammed', 'forced-open': 'forced open', 'left-open': 'left open', 'board-offline': 'board offline', unobserved: 'not observed (board unreadable)' };
   const faultText = (f) => (f ? FAULTS[f] || String(f).replace(/-/g, ' ') : '');
   const STATUS = { free: 'free', booked: 'booked', occupied: 'occupied', open: 'door open', fault: 'fault' };
   const keyOf = (l) => `${l.bus}|${l.board}|${l.lock}`;

@@ -78,7 +78,12 @@ export class World {
    * the ones the agent's config expects there (default 0, 1): a board configured but not simulated
    * is missing, one simulated but not configured is unexpected.
    */
-  static async create(extra: Partial<AgentConfigInput> = {}, opts: { startAgent?: boolean; simBoards?: number[]; agentBoards?: number[]; log?: Logger } = {}): Promise<World> {
+  /**
+   * `busTiming`: the agent's bus timing over BUS_TIMING (e.g. a longer replyTimeoutMs for a test
+   * that shares its process with a browser: a poll answered late is a failed poll, and a failed
+   * poll during an unlock leaves it unobserved instead of a jam)
+   */
+  static async create(extra: Partial<AgentConfigInput> = {}, opts: { startAgent?: boolean; simBoards?: number[]; agentBoards?: number[]; log?: Logger; busTiming?: Partial<typeof BUS_TIMING> } = {}): Promise<World> {
     const w = new World();
     if (opts.log) w.log = opts.log;
     w.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agent-world-'));
@@ -89,8 +94,9 @@ export class World {
       scanners: [{ name: 'scan0', link: { kind: 'pty' }, suffix: '\r' }],
     });
     await w.sim.start();
-    if (opts.agentBoards) {
-      extra = { ...extra, buses: [{ name: 'bus0', port: `${w.sim.bus('bus0').path!}?baud=19200`, dialect: 'kerong-cu16', boards: opts.agentBoards.map((address) => ({ address })), ...BUS_TIMING }] };
+    if (opts.agentBoards || opts.busTiming) {
+      const boards = (opts.agentBoards ?? [0, 1]).map((address) => ({ address }));
+      extra = { ...extra, buses: [{ name: 'bus0', port: `${w.sim.bus('bus0').path!}?baud=19200`, dialect: 'kerong-cu16', boards, ...BUS_TIMING, ...opts.busTiming }] };
     }
     w.config = agentConfig(w.dir, w.sim.bus('bus0').path!, w.sim.scanner('scan0').path, extra, `mqtt://127.0.0.1:${w.brokerPort}`);
     if (opts.startAgent !== false) await w.startAgent();
