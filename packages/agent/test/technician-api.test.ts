@@ -11,6 +11,7 @@ import { ActionError } from '../src/technician/actions';
 import { codeEntry, sleep, waitFor, World } from './support/world';
 
 const PASSWORD = 'tech-password-1';
+type DoorTestResultLike = { opened: boolean | null; closed: boolean; fault: string | null };
 const QR_VALUE = 'QR-SECRET-VALUE-7731';
 
 describe('technician API', () => {
@@ -306,6 +307,78 @@ describe('technician API', () => {
       sb.faults.set({ jammedDoor: [], noReply: false });
     }
   });
+
+  it('door test: an earlier unlock of the same lock settled while the test\'s own unlock waits is not taken for the test\'s', async () => {
+    const sb = w.sim.bus('bus0');
+    const X = { bus: 'bus0', board: 0, lock: 11 };
+    /**
+     * An Open door on a jammed door whose first status poll goes unanswered: the first good poll
+     * past the release grace (pulse 300 + 100 ms) settles it as unobserved. The door test starts
+     * as that poll goes out (its answer 25 ms late, inside the 60 ms timeout), with the door freed:
+     * the test's own unlock, queued behind that poll, opens the door, and the technician shuts it.
+     * `discriminating`: the earlier unlock was settled after the door test started (on a loaded
+     * machine an attempt can miss that window; it is tried again).
+     */
+    const attempt = async () => {
+      sb.faults.set({ jammedDoor: [{ board: 0, lock: 11 }] });
+      let stage: 'armed' | 'unlocked' | 'missed' | 'testing' = 'armed';
+      let unlockedAt = 0;
+      let test: Promise<DoorTestResultLike[]> | null = null;
+      let settledAfterStart: boolean | null = null;
+      const onFrame = (e: { dir: string; meaning: string }) => {
+        if (e.dir !== 'rx') return;
+        if (stage === 'armed' && e.meaning.startsWith('unlock board 0 lock 11')) {
+          stage = 'unlocked';
+          unlockedAt = Date.now();
+        } else if (stage === 'unlocked' && e.meaning === 'read status of board 0') {
+          stage = 'missed';
+          sb.faults.set({ noReply: true });
+          queueMicrotask(() => sb.faults.set({ noReply: false }));
+        } else if (stage === 'missed' && e.meaning === 'read status of board 0' && Date.now() - unlockedAt >= 380) {
+          stage = 'testing';
+          sb.faults.set({ lateReplyMs: 25, jammedDoor: [] });
+          queueMicrotask(() => sb.faults.set({ lateReplyMs: 0 }));
+          test = w.agent.diagnostics!.actions!.doorTest([X], 10_000);
+        }
+      };
+      const onUnobserved = (e: { board: number; lock: number }) => {
+        if (e.board === 0 && e.lock === 11 && settledAfterStart === null) settledAfterStart = stage === 'testing';
+      };
+      w.sim.on('frame', onFrame);
+      w.agent.buses.on('unlockUnobserved', onUnobserved);
+      let closing = true;
+      const closer = (async () => {
+        while (closing) {
+          if (w.lock(0, 11).state.doorOpen && w.agent.buses.bus('bus0').locks(0)[10]?.door === 'open') {
+            await sleep(800); // past the latch's release grace
+            w.lock(0, 11).closeDoor();
+          }
+          await sleep(50);
+        }
+      })();
+      try {
+        expect((await w.agent.technicianOpen(X)).ok).toBe(true);
+        await waitFor(() => test, 'the door test started as the settling poll went out');
+        return { results: await test!, discriminating: settledAfterStart === true };
+      } finally {
+        closing = false;
+        await closer;
+        w.sim.off('frame', onFrame);
+        w.agent.buses.off('unlockUnobserved', onUnobserved);
+        sb.faults.set({ jammedDoor: [], noReply: false, lateReplyMs: 0 });
+        if (w.lock(0, 11).state.doorOpen) w.lock(0, 11).closeDoor();
+        await waitFor(() => w.agent.buses.bus('bus0').locks(0)[10]?.door === 'closed', 'door 0/11 shut');
+      }
+    };
+    let discriminating = 0;
+    for (let i = 0; i < 4 && discriminating === 0; i++) {
+      const { results, discriminating: d } = await attempt();
+      // the test's own unlock opened the door and the technician shut it: whatever the earlier unlock did
+      expect(results).toEqual([{ ...X, opened: true, closed: true, itemSeen: false, ms: expect.any(Number), fault: null }]);
+      if (d) discriminating++;
+    }
+    expect(discriminating, 'an attempt where the earlier unlock was settled while the test ran').toBe(1);
+  }, 30_000);
 
   it('bus scan: polling paused, the bus scanned with its own transport: found / missing / unexpected; no boardOffline or jam from the scan', async () => {
     const s = await login();

@@ -239,27 +239,35 @@ export class TechnicianActions extends EventEmitter<TechnicianActionsEvents> {
     let done!: () => void;
     const finished = new Promise<void>((r) => (done = r));
     let t0 = Date.now();
+    // this lock's events count from this test's own unlock on: the unlock waits behind the poll
+    // under way, and that poll may still settle an earlier unlock of the same lock (a technician's
+    // Open door, a code) as unobserved or jammed, or see its door open. The bus applies an unlock
+    // to the board's state as it writes it (an earlier unlock pending is replaced), then emits
+    // unlockSent: what follows is this unlock's.
+    let sent = false;
+    const mine = (e: unknown) => sent && key(e as LockRef) === k;
     const on: [keyof LockBusEvents, (e: any) => void][] = [
-      ['doorOpened', (e) => key(e) === k && ((res.opened = true), seeItem())],
-      ['itemPlaced', (e) => key(e) === k && (res.itemSeen = true)],
+      ['unlockSent', (e) => key(e) === k && (sent = true)],
+      ['doorOpened', (e) => mine(e) && ((res.opened = true), seeItem())],
+      ['itemPlaced', (e) => mine(e) && (res.itemSeen = true)],
       [
         'doorClosed',
         (e) => {
-          if (key(e) !== k || !res.opened) return;
+          if (!mine(e) || !res.opened) return;
           seeItem();
           res.closed = true;
           res.ms = Date.now() - t0;
           done();
         },
       ],
-      ['jam', (e) => key(e) === k && ((res.fault = 'jam'), done())],
+      ['jam', (e) => mine(e) && ((res.fault = 'jam'), done())],
       // the driver could not watch this unlock (a poll failed during it) and reads the door shut
       // now: it settles the unlock without a jam (lockbus board-state.ts); the test ends here
       // rather than wait out its timeout
       [
         'unlockUnobserved',
         (e) => {
-          if (key(e) !== k || res.opened) return;
+          if (!mine(e) || res.opened) return;
           res.opened = null;
           res.fault = 'unobserved';
           seeItem();

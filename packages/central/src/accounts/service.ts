@@ -270,9 +270,16 @@ export class AccountService {
   private readonly read: ReadAll;
   /** a search page's rows (GetAccounts with filters): by a read thread where the store has them (SQLite), off the event loop */
   private readonly searchRead: ReadAll;
+  /**
+   * the main connection's reader (SQLite; on PostgreSQL as `read`): a count or an OFFSET walk over
+   * a tenant's accounts the read threads did not take (they were running searches) is read here,
+   * not sent back to them among the quick reads, which would wait behind it
+   */
+  private readonly mainRead: ReadAll;
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.accounts' });
     this.read = preparedReader(ctx.db, { threads: true });
+    this.mainRead = preparedReader(ctx.db);
     this.searchRead = threadedReader(ctx.db);
   }
 
@@ -404,7 +411,7 @@ export class AccountService {
     // reads a thread answers in one batch (those would wait for it); but not behind the searches
     // either: with every thread running one, on the main connection at once, as before
     const threaded = threads && this.ctx.db.engine === 'sqlite' ? await threadAnswer(this.ctx.db.readPool?.all<{ n: number }>(text, params, 'now')) : undefined;
-    return Number((threaded ?? (await this.read<{ n: number | string }>(text, params, named)))[0]!.n);
+    return Number((threaded ?? (await this.mainRead<{ n: number | string }>(text, params, named)))[0]!.n);
   }
 
   async getAccounts(
@@ -545,7 +552,7 @@ export class AccountService {
       // sqlitePage writes the LIMIT into the text (see there). Not for later pages: the rows
       // before the page would be read and dropped in JavaScript, which costs more than SQLite's
       // OFFSET on a tenant with many accounts.
-      const page = await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize);
+      const page = await sqlitePage<{ uid: string }>(this.ctx.db, `select a.uid ${from} order by a.user_name_key asc, a.uid asc`, params, 0, b.pageSize, false, false);
       uids = page.rows.map((r) => r.uid);
       total = page.total ?? (uids.length < b.pageSize ? uids.length : await this.countOf(countText, params, named));
     } else {
@@ -562,7 +569,7 @@ export class AccountService {
         const fromEnd = total - offset - size;
         const reverse = fromEnd < offset;
         const dir = reverse ? 'desc' : 'asc';
-        const page = await this.read<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} ${SQLITE_LIMIT_OFFSET}`, [...params, size, reverse ? fromEnd : offset], named);
+        const page = await this.mainRead<{ uid: string }>(`select a.uid ${from} order by a.user_name_key ${dir}, a.uid ${dir} ${SQLITE_LIMIT_OFFSET}`, [...params, size, reverse ? fromEnd : offset], named);
         uids = page.map((r) => r.uid);
         if (reverse) uids.reverse();
       }

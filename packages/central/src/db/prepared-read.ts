@@ -106,9 +106,10 @@ function withLimit(text: string, limit: number): string {
  * 42-70 us against 31-52 us) and the page is cut out of them. A page reaching beyond MAX_LITERAL_LIMIT
  * rows is stepped to its end instead. Only for reads whose rows are sorted (ORDER BY; the text
  * must take a LIMIT appended). `raw` true: rows as arrays (see preparedRawReader); 'pluck': each
- * row its one column's value.
+ * row its one column's value. `threads` false: on the main connection, never as a quick read of
+ * the read threads (a search's page the threads refused: they are running searches).
  */
-export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false): Promise<{ rows: R[]; total?: number }> {
+export async function sqlitePage<R>(db: Db, text: string, params: readonly unknown[], offset: number, size: number, raw: boolean | 'pluck' = false, threads = true): Promise<{ rows: R[]; total?: number }> {
   const sqlite = db.sqlite!;
   const viaKysely = async (): Promise<{ rows: R[]; total?: number }> => {
     // through Kysely (it waits for the transaction), with LIMIT and OFFSET: the text's rows may be
@@ -125,7 +126,7 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
     while (limit <= end) limit *= 2;
     // with read threads: read by one (SqliteReadPool.quick); when it cannot, here (through Kysely
     // if a transaction opened meanwhile: its uncommitted rows must not be read)
-    const pool = db.readPool;
+    const pool = threads ? db.readPool : undefined;
     let all = pool && (await threadRead<R>(pool, sqlite, withLimit(text, limit), params, raw === 'pluck' ? 'pluck' : raw ? 'raw' : 'object'));
     if (!all) {
       if (sqlite.inTransaction) return viaKysely();

@@ -283,7 +283,7 @@ registerScrapeMetric({
 registerScrapeMetric({
   name: 'locker_sqlite_thread_reads_total',
   type: 'counter',
-  help: 'SQLite with database.sqliteReadThreads > 0: reads (GetShipments pages, GetAccounts searches, the tenant API quick reads) sent to the read threads since the start, by outcome: done (answered by a thread); failed (the thread failed the read or died with it: read on the main connection instead); overflowed (the threads held as many reads as they take, or as many searches waited: read on the main connection). Absent without read threads',
+  help: 'SQLite with database.sqliteReadThreads > 0: reads (GetShipments pages, GetAccounts searches, the tenant API quick reads) sent to the read threads since the start, by outcome: done (answered by a thread); failed (the thread failed the read or died with it: read on the main connection instead); overflowed (the threads held as many reads as they take, or as many searches waited, or every thread ran a search for a read that does not wait behind one: read on the main connection). Absent without read threads',
   labelNames: ['outcome'],
   async collect(ctx) {
     const st = ctx.db.readPool?.stats;
