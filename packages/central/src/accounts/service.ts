@@ -406,11 +406,11 @@ export class AccountService {
 
   /** the number a count text answers (`named`: see ReadAll) */
   private async countOf(text: string, params: readonly unknown[], named: boolean, threads = false): Promise<number> {
-    // SQLite with read threads (`threads`): a count over a tenant's accounts can take
+    // SQLite with read threads (`threads`; PostgreSQL has no readPool): a count over a tenant's accounts can take
     // milliseconds, so it runs as a search does (SqliteReadPool.all slow), not among the quick
     // reads a thread answers in one batch (those would wait for it); but not behind the searches
     // either: with every thread running one, on the main connection at once, as before
-    const threaded = threads && this.ctx.db.engine === 'sqlite' ? await threadAnswer(this.ctx.db.readPool?.all<{ n: number }>(text, params, 'now')) : undefined;
+    const threaded = threads ? await threadAnswer(this.ctx.db.readPool?.all<{ n: number }>(text, params, 'now')) : undefined;
     return Number((threaded ?? (await this.mainRead<{ n: number | string }>(text, params, named)))[0]!.n);
   }
 

@@ -156,12 +156,12 @@ export async function sqlitePage<R>(db: Db, text: string, params: readonly unkno
 export type ReadRaw = (text: string, params: readonly unknown[]) => Promise<unknown[][]>;
 
 /**
- * A quick read by a read thread (SqliteReadPool.quick) when there is a pool and no transaction is
- * open on the main connection; undefined when the caller must read it itself (then it checks for
+ * A quick read by a read thread (SqliteReadPool.quick) when no transaction is open on the main
+ * connection; undefined when the caller must read it itself (then it checks for
  * a transaction again: one may have opened meanwhile).
  */
-async function threadRead<R>(pool: SqliteReadPool | undefined, sqlite: BetterSqlite3.Database, text: string, params: readonly unknown[], mode: 'object' | 'raw' | 'pluck'): Promise<R[] | undefined> {
-  if (!pool || sqlite.inTransaction) return undefined;
+async function threadRead<R>(pool: SqliteReadPool, sqlite: BetterSqlite3.Database, text: string, params: readonly unknown[], mode: 'object' | 'raw' | 'pluck'): Promise<R[] | undefined> {
+  if (sqlite.inTransaction) return undefined;
   return threadAnswer(pool.quick<R>(text, params, mode));
 }
 

@@ -46,7 +46,10 @@ function hasBlob(rows) {
   for (const r of rows) {
     if (r === null || typeof r !== 'object') continue;
     if (r instanceof Uint8Array) return true;
-    for (const v of Array.isArray(r) ? r : Object.values(r)) if (v instanceof Uint8Array) return true;
+    // no array built per row (an object row's values walked in place): this runs on every answer
+    if (Array.isArray(r)) {
+      for (const v of r) if (v instanceof Uint8Array) return true;
+    } else for (const k in r) if (r[k] instanceof Uint8Array) return true;
   }
   return false;
 }
