@@ -7,6 +7,7 @@ import { Kysely, Migrator, type MigrationProvider, type Migration } from 'kysely
 import pg from 'pg';
 import type { Database } from './schema';
 import { migrations as allMigrations } from './migrations/index';
+import { syncShipmentItems } from '../shipments/items';
 import { pooledReader, withPreparedStatements } from './pg-prepared';
 import { PgReadPipelines } from './pg-pipeline';
 import { LockerPostgresDialect } from './pg-introspector';
@@ -256,6 +257,9 @@ function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: Bett
       const migrator = new Migrator({ db: kysely, provider: new StaticProvider(allMigrations), allowUnorderedMigrations: true, ...(pgSchema ? { migrationTableSchema: pgSchema } : {}) });
       const { error, results } = await migrator.migrateToLatest();
       if (error) throw error;
+      // SQLite: the shipments' stored items and their triggers as this code writes them (an item
+      // changed in code is written anew in every store; nothing to do when they are the same)
+      if (engine === 'sqlite') await syncShipmentItems(kysely);
       return (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
     },
     async close() {

@@ -4,13 +4,14 @@ import type BetterSqlite3 from 'better-sqlite3';
 import type { Kysely } from 'kysely';
 import { sqliteStatement } from './sqlq';
 import type { Db } from '../db/database';
-import { itemOrRow, jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
+import { itemOrRow } from '../db/json-sql';
 import { registerPreparedStatement } from '../db/pg-prepared';
 import { rawStatement, SQLITE_LIMIT_OFFSET } from '../db/prepared-read';
 import { threadAnswer } from '../db/read-pool';
 import type { JsonText } from '../http/serializer';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
+import { ITEM_SQL, PAGE_JOINS } from './items';
 import type { TypeCode } from './types';
 
 export type SortBy = 'CreatedAsc' | 'CreatedDesc' | 'ActivityAsc' | 'ActivityDesc';
@@ -124,57 +125,12 @@ export function pgTotalsStats(db: Db): { hits: number; counts: number } {
 // total mostly known without one, see listShipments), later pages with the count in the same
 // statement (one round trip, one snapshot).
 
-const PAGE_COLS =
-  's.uid, s.created_at, s.type_code, s.state_start, s.state_code, s.active, s.reference_no, s.reference_case_no, s.description, s.from_user_uid, s.to_user_uid, s.from_address, s.to_address, s.swaps_shipment_uid, s.pup_uid, fa.user_name AS from_name, ta.user_name AS to_name, p.name AS pup_name, l.name AS locker_name';
-const PAGE_JOINS = 'LEFT JOIN accounts fa ON fa.uid = s.from_user_uid LEFT JOIN accounts ta ON ta.uid = s.to_user_uid LEFT JOIN pups p ON p.uid = s.pup_uid LEFT JOIN lockers l ON l.uid = s.locker_uid';
 const ORDER: Record<SortBy, string> = {
   CreatedAsc: 'ORDER BY s.created_at ASC, s.uid ASC',
   CreatedDesc: 'ORDER BY s.created_at DESC, s.uid DESC',
   ActivityAsc: 'ORDER BY s.updated_at ASC, s.uid ASC',
   ActivityDesc: 'ORDER BY s.updated_at DESC, s.uid DESC',
 };
-
-/**
- * Each item of the page written as its JSON by the database, exactly as the response serializer
- * writes toItem's object (the ShipmentItem schema's keys in its order, absent optional keys left
- * out, strings quoted as JSON.stringify quotes them: db/json-sql.ts). The item goes into the
- * answer as it is (JsonText): no JSON.parse, no object, no serializer walk per row (GetShipments on
- * SQLite: 375-398 us of CPU per request before, 297-303 us after, in alternating runs). A row with
- * a stored address (our own writes store none) comes as its JSON array instead, mapped by toItem
- * as before: addresses are parsed leniently (parseAddress).
- */
-function itemSql(engine: Engine): string {
-  const q = (v: string) => jsonQuoteSql(engine, v);
-  const apiTime = (c: string) => q(engine === 'sqlite' ? `CASE WHEN substr(${c}, -1) = 'Z' THEN substr(${c}, 1, length(${c}) - 1) ELSE ${c} END` : `CASE WHEN right(${c}, 1) = 'Z' THEN left(${c}, -1) ELSE ${c} END`);
-  const optional = (key: string, v: string) => `CASE WHEN ${v} IS NULL THEN '' ELSE ',"${key}":' || ${q(v)} END`;
-  const user = (side: 'from' | 'to', alias: string) =>
-    `CASE WHEN coalesce(s.${side}_user_uid, '') = '' THEN '' ELSE ${optional(`${side}UserName`, `${alias}.user_name`)} || ',"${side}UserUid":' || ${q(`s.${side}_user_uid`)} END`;
-  const booked = (v: string) => q(`CASE WHEN s.active <> 0 THEN ${v} END`);
-  return (
-    `CASE WHEN coalesce(s.from_address, '') <> '' OR coalesce(s.to_address, '') <> '' THEN ${jsonArraySql(engine, PAGE_COLS.replace(/ AS \w+/g, ''))} ELSE ` +
-    `format('{"shipmentUid":%s,"dateCreated":%s,"typeCode":%s,"stateStart":%s,"stateCode":%s%s%s%s%s%s,"swapsShipmentUid":%s,"bookedPupName":%s,"bookedPupUid":%s,"bookedLockerName":%s}', ` +
-    [
-      q('s.uid'),
-      apiTime('s.created_at'),
-      q('s.type_code'),
-      apiTime('s.state_start'),
-      q('s.state_code'),
-      optional('referenceNo', 's.reference_no'),
-      optional('referenceCaseNo', 's.reference_case_no'),
-      optional('description', 's.description'),
-      user('from', 'fa'),
-      user('to', 'ta'),
-      q('s.swaps_shipment_uid'),
-      booked('p.name'),
-      booked('s.pup_uid'),
-      booked('l.name'),
-    ].join(', ') +
-    ') END'
-  );
-}
-
-/** itemSql per engine, written once */
-const ITEM_SQL: Record<Engine, string> = { sqlite: itemSql('sqlite'), postgres: itemSql('postgres') };
 
 interface ListSql {
   count: string;
@@ -249,10 +205,11 @@ function sqlOf(f: ShipmentFilter): ListSql {
   let q = listSql.get(key);
   if (!q) {
     const where = whereOf(f);
-    // Each row as one text, the item's JSON (itemSql): one string per row crosses from the
+    // Each row as one text, the item's JSON (items.ts): one string per row crosses from the
     // database instead of 19 values (SQLite: about 40 % of the page query's time; PostgreSQL: the
-    // driver's per-field parsing and its garbage), and goes into the answer as it is
-    const page = `SELECT ${ITEM_SQL.sqlite} FROM shipments s ${PAGE_JOINS} WHERE ${where} ${ORDER[f.sortBy]} ${SQLITE_LIMIT_OFFSET}`;
+    // driver's per-field parsing and its garbage), and goes into the answer as it is. SQLite
+    // reads it as the row keeps it (item_json, kept by triggers): no joins, nothing written per read
+    const page = `SELECT s.item_json FROM shipments s WHERE ${where} ${ORDER[f.sortBy]} ${SQLITE_LIMIT_OFFSET}`;
     let n = 0;
     const pgWhere = where.replace(/\?/g, () => `$${++n}`);
     const k = n;
@@ -273,7 +230,7 @@ function sqlOf(f: ShipmentFilter): ListSql {
   return q;
 }
 
-/** A row of the page with a stored address, in PAGE_COLS order: its JSON array (itemSql). */
+/** A row of the page with a stored address, in items.ts PAGE_COLS order: its JSON array (itemSql). */
 type PageRow = [
   uid: string,
   created_at: string,

@@ -1,0 +1,134 @@
+// SQLite keeps each shipment's GetShipments item in its row (shipments.item_json, written by the
+// triggers of shipments/items.ts) and a page reads it as stored. Whatever writes a shipment, an
+// account, a pick up point or a locker, every stored item must equal the item written from the
+// row's columns and names at that moment, and a page must show it. The store's triggers follow
+// the code: a store whose triggers or items are not this code's is written anew when it migrates.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestService, type TestService } from './support/harness';
+import { PUP_A1, PUP_A2, testSite } from './support/fixtures';
+import { addUser, booking, dropOff, ok, pickUp } from './shipments-helpers';
+import { ITEM_SQL, PAGE_JOINS, SHIPMENT_ITEM_TRIGGERS, syncShipmentItems } from '../src/shipments/items';
+
+describe('shipments: items kept in the row (SQLite)', () => {
+  let t: TestService;
+  let sender: string;
+  let receiver: string;
+  const ids: string[] = [];
+
+  /** the shipments whose stored item is not the item written from their row now */
+  const stale = () =>
+    t.ctx.db.sqlite!.prepare(`SELECT s.uid, s.item_json AS stored, ${ITEM_SQL.sqlite} AS now FROM shipments s ${PAGE_JOINS} WHERE s.item_json IS NOT ${ITEM_SQL.sqlite}`).all() as { uid: string; stored: string | null; now: string }[];
+  const count = () => (t.ctx.db.sqlite!.prepare('SELECT count(*) FROM shipments').pluck().get() as number);
+  const page = async () => {
+    const of = async (activeShipments: boolean) => (await ok(t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 100, activeShipments, sortBy: 'CreatedAsc' }))).items as any[];
+    return [...(await of(true)), ...(await of(false))];
+  };
+  const itemOf = async (uid: string) => (await page()).find((i) => i.shipmentUid === uid);
+
+  beforeAll(async () => {
+    t = await createTestService('sqlite');
+    sender = await addUser(t, PUP_A1);
+    receiver = await addUser(t, PUP_A1);
+    for (let i = 0; i < 6; i++) {
+      t.clock.advance(60_000);
+      const body = { FromUserUid: sender, ToUserUid: receiver, ...booking({ PupUid: i < 3 ? PUP_A1 : PUP_A2 }), ReferenceNo: `R${i}` };
+      ids.push((await ok(t.post('/v1/Logistics/CreateLocalShipment', body))).shipmentUid);
+    }
+  });
+  afterAll(async () => t?.close());
+
+  it('a booking writes the item with its row', async () => {
+    expect(count()).toBe(6);
+    expect(stale()).toEqual([]);
+    const item = await itemOf(ids[0]!);
+    expect(item).toMatchObject({ shipmentUid: ids[0], stateCode: 'ReadyForDropoff', referenceNo: 'R0', bookedPupUid: PUP_A1 });
+    expect(typeof item.bookedLockerName).toBe('string');
+  });
+
+  it('state changes (drop-off, pick-up, cancel) and direct writes of shown columns keep every item right', async () => {
+    await dropOff(t, ids[0]!);
+    await dropOff(t, ids[1]!);
+    await pickUp(t, ids[1]!);
+    await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: ids[2] }));
+    const k = t.ctx.db.kysely;
+    await k.updateTable('shipments').set({ description: 'changed "here"', reference_case_no: 'C9' }).where('uid', '=', ids[3]!).execute();
+    expect(stale()).toEqual([]);
+    expect((await itemOf(ids[0]!)).stateCode).toBe('ReadyForPickup');
+    expect(await itemOf(ids[1]!)).toMatchObject({ bookedPupUid: null, bookedPupName: null, bookedLockerName: null });
+    expect(await itemOf(ids[3]!)).toMatchObject({ description: 'changed "here"', referenceCaseNo: 'C9' });
+  });
+
+  it('a write of any one column the item shows writes the item', () => {
+    const s = t.ctx.db.sqlite!;
+    const values: Record<string, unknown> = {
+      uid: 'f'.repeat(32), created_at: '2026-01-01T00:00:00.000', type_code: 'Other', state_start: '2026-01-02T00:00:00.000Z', state_code: 'Other', active: 0,
+      reference_no: 'x', reference_case_no: 'y', description: 'z', from_user_uid: receiver, to_user_uid: sender, from_address: '{"city":"c"}', to_address: '{"city":"d"}',
+      swaps_shipment_uid: ids[0], pup_uid: PUP_A2, locker_uid: null,
+    };
+    for (const [column, value] of Object.entries(values)) {
+      s.exec('SAVEPOINT one_column');
+      try {
+        s.prepare(`UPDATE shipments SET ${column} = ? WHERE uid = ?`).run(value, ids[4]!);
+        expect({ column, stale: stale() }).toEqual({ column, stale: [] });
+      } finally {
+        s.exec('ROLLBACK TO one_column; RELEASE one_column');
+      }
+    }
+    expect(stale()).toEqual([]);
+  });
+
+  it('a renamed pick up point, locker or user shows on the items that show the name', async () => {
+    const k = t.ctx.db.kysely;
+    const site = testSite();
+    site.pickupPoints![1]!.name = 'Renamed Point';
+    await t.provision(site);
+    const locker = (await k.selectFrom('shipments').select('locker_uid').where('uid', '=', ids[4]!).executeTakeFirstOrThrow()).locker_uid!;
+    await k.updateTable('lockers').set({ name: 'RENAMED-1' }).where('uid', '=', locker).execute();
+    await k.updateTable('accounts').set({ user_name: 'renamed@example.test' }).where('uid', '=', sender).execute();
+    expect(stale()).toEqual([]);
+    const item = await itemOf(ids[4]!);
+    expect(item).toMatchObject({ bookedPupUid: PUP_A2, bookedPupName: 'Renamed Point', bookedLockerName: 'RENAMED-1', fromUserName: 'renamed@example.test' });
+    // an inactive shipment shows no booked names, and keeps the user's
+    expect(await itemOf(ids[2]!)).toMatchObject({ bookedPupName: null, fromUserName: 'renamed@example.test' });
+    await t.provision(testSite());
+    expect(stale()).toEqual([]);
+  });
+
+  it('an account removed, and one that comes back under the same uid', async () => {
+    const gone = await addUser(t, PUP_A1);
+    const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { FromUserUid: gone, ToUserUid: receiver, ...booking() }))).shipmentUid;
+    await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: uid }));
+    const before = await itemOf(uid);
+    expect(typeof before.fromUserName).toBe('string');
+    await ok(t.post('/v1/Account/RemoveAccount', { userUid: gone }));
+    expect(stale()).toEqual([]);
+    const after = await itemOf(uid);
+    expect(after.fromUserUid).toBe(gone);
+    expect('fromUserName' in after).toBe(false);
+    const now = new Date().toISOString();
+    await t.ctx.db.kysely.insertInto('accounts').values({ uid: gone, user_name: 'back@example.test', user_name_key: 'back@example.test', email_address: 'back@example.test', email_key: 'back@example.test', created_at: now, updated_at: now }).execute();
+    expect(stale()).toEqual([]);
+    expect((await itemOf(uid)).fromUserName).toBe('back@example.test');
+  });
+
+  it("a store with another code's triggers and items is written anew when it migrates; a store in step is left alone", async () => {
+    const s = t.ctx.db.sqlite!;
+    // an older code's item: another text, and triggers that no longer write it
+    s.exec("DROP TRIGGER shipments_item_update; CREATE TRIGGER shipments_item_update AFTER UPDATE OF state_code ON shipments BEGIN UPDATE shipments SET item_json = 'old' WHERE rowid = NEW.rowid; END");
+    s.exec("DROP TRIGGER pups_item_update; UPDATE shipments SET item_json = 'old'");
+    await t.ctx.db.kysely.updateTable('shipments').set({ reference_no: 'R-new' }).where('uid', '=', ids[5]!).execute();
+    expect(stale().length).toBe(count());
+    expect(await t.ctx.db.migrate()).toEqual([]);
+    expect(stale()).toEqual([]);
+    const triggers = s.prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' AND name LIKE '%\\_item\\_%' ESCAPE '\\'").all() as { name: string; sql: string }[];
+    expect(Object.fromEntries(triggers.map((r) => [r.name, r.sql]))).toEqual(SHIPMENT_ITEM_TRIGGERS);
+    expect((await itemOf(ids[5]!)).referenceNo).toBe('R-new');
+    // in step: nothing written (an item set by hand stays as it is)
+    s.prepare("UPDATE shipments SET item_json = 'by hand' WHERE uid = ?").run(ids[5]!);
+    expect(await syncShipmentItems(t.ctx.db.kysely)).toBe(false);
+    expect(s.prepare('SELECT item_json FROM shipments WHERE uid = ?').pluck().get(ids[5]!)).toBe('by hand');
+    // any change of a shown column writes it right again
+    await t.ctx.db.kysely.updateTable('shipments').set({ description: 'fixed' }).where('uid', '=', ids[5]!).execute();
+    expect(stale()).toEqual([]);
+  });
+});
