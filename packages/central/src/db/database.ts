@@ -145,6 +145,9 @@ export async function openDatabase(opts: OpenDatabaseOptions): Promise<Db> {
   sqlite.pragma(`synchronous = ${opts.sqliteSynchronous ?? 'FULL'}`);
   sqlite.pragma('busy_timeout = 5000');
   sqlite.pragma('foreign_keys = ON');
+  // statement and savepoint journals in memory (shipments/tx.ts: a booking's sub-journal spilled to
+  // a file); a statement that fires triggers (shipments/items.ts) keeps one too
+  sqlite.pragma('temp_store = MEMORY');
   dropStat4Samples(sqlite);
   const inFile = file !== ':memory:' && file !== '';
   // SQLite's own checkpoint in a COMMIT: the group commit's size, or (a thread checkpoints) a far

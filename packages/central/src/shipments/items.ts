@@ -74,7 +74,11 @@ const itemOf = (rowid: string) => `(SELECT ${ITEM_SQL.sqlite} FROM shipments s $
 const writeItems = (where: string) => `UPDATE shipments SET item_json = ${itemOf('shipments.rowid')} WHERE ${where};`;
 /** the columns the item shows */
 const ITEM_COLUMNS = 'uid, created_at, type_code, state_start, state_code, active, reference_no, reference_case_no, description, from_user_uid, to_user_uid, from_address, to_address, swaps_shipment_uid, pup_uid, locker_uid';
-/** the shipments of any tenant where `column` is one of `values` (the tenant-first indexes serve it) */
+/**
+ * the shipments of any tenant where `column` is one of `values` (the tenant-first indexes serve it;
+ * every shipment's tenant is in tenants: a shipment is written only for an authenticated tenant,
+ * and a tenant is never deleted, provisioning keeps one whose client id changed)
+ */
 const ofTenants = (column: string, values: string) => `SELECT rowid FROM shipments WHERE tenant_uid IN (SELECT uid FROM tenants) AND ${column} IN (${values})`;
 const touchUsers = (uids: string) => writeItems(`rowid IN (${ofTenants('from_user_uid', uids)} UNION ${ofTenants('to_user_uid', uids)})`);
 // A pick up point's or a locker's name shows only on an active shipment (booked): only those are written.

@@ -1,5 +1,5 @@
 import { type Kysely, PostgresAdapter, sql } from 'kysely';
-import { syncShipmentItems } from '../../shipments/items';
+import { SHIPMENT_ITEM_TRIGGERS, syncShipmentItems } from '../../shipments/items';
 
 // SQLite: each shipment's GetShipments item kept in its row (shipments.item_json), written by
 // triggers on every write path (shipments/items.ts): a page reads one stored text per row instead
@@ -10,16 +10,18 @@ import { syncShipmentItems } from '../../shipments/items';
 // in the page's statement: nothing here.
 export async function up(db: Kysely<any>): Promise<void> {
   if (db.getExecutor().adapter instanceof PostgresAdapter) return;
+  // Kysely records a SQLite migration after up() returns, outside its transaction: a process that
+  // died between the two runs up() again, which must then find the column there
   await db.transaction().execute(async (trx) => {
-    await trx.schema.alterTable('shipments').addColumn('item_json', 'text').execute();
+    const { rows } = await sql<{ n: number }>`SELECT count(*) AS n FROM pragma_table_info('shipments') WHERE name = 'item_json'`.execute(trx);
+    if (!rows[0]?.n) await trx.schema.alterTable('shipments').addColumn('item_json', 'text').execute();
     await syncShipmentItems(trx);
   });
 }
 
 export async function down(db: Kysely<any>): Promise<void> {
   if (db.getExecutor().adapter instanceof PostgresAdapter) return;
-  const { rows } = await sql<{ name: string }>`SELECT name FROM sqlite_schema WHERE type = 'trigger' AND name LIKE '%\_item\_%' ESCAPE '\\'`.execute(db);
-  for (const r of rows) await sql.raw(`DROP TRIGGER ${r.name}`).execute(db);
+  for (const name of Object.keys(SHIPMENT_ITEM_TRIGGERS)) await sql.raw(`DROP TRIGGER IF EXISTS ${name}`).execute(db);
   await sql`DROP INDEX IF EXISTS shipments_active_locker`.execute(db);
   await db.schema.alterTable('shipments').dropColumn('item_json').execute();
 }
