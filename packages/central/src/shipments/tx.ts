@@ -112,7 +112,8 @@ export class SqliteGroupCommitRunner implements TxRunner {
       // Each job's SAVEPOINT keeps a sub-journal of the original content of every page the job
       // changes (~40 pages of 4 KiB for a booking: one per b-tree it touches). Past 64 KiB that
       // sub-journal spills to a temporary FILE, so every booking paid ~90 pwrite calls for
-      // pages that are thrown away at RELEASE. In memory it is a copy.
+      // pages that are thrown away at RELEASE. In memory it is a copy. (Db.migrate() sets it too;
+      // this covers a store opened without migrating.)
       this.db.sqlite!.pragma('temp_store = MEMORY');
       // wal_autocheckpoint is set where the database opens (db/database.ts, db/checkpointer.ts):
       // checkpoints in a thread between batches (drain), or in the COMMIT
