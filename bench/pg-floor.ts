@@ -76,6 +76,11 @@ function literal(v: unknown): string {
   return parts.length === 1 ? parts[0]! : `(${parts.join(' || chr(58) || ')})`;
 }
 
+/** the service's strict codes INSERT (shipments/codes.ts INSERT_STRICT_N) as captured, its VALUES of $n only */
+const STRICT_CODES_INSERT = /(INSERT INTO access_codes \([^)]*\) VALUES \([^)]*\)(?:, \([^)]*\))*) RETURNING uid\b/g;
+/** the ON CONFLICT of the service's other codes INSERT (shipments/codes.ts insertRows) */
+const CODES_ON_CONFLICT = "ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING";
+
 /**
  * A pgbench script booking like the captured booking: a random PUP of `pups`, a new shipment uid per
  * transaction, the locker the first statement takes (\gset) in the later ones, a new uid for every
@@ -96,18 +101,25 @@ export function pgbenchScript(b: Booking, pups: [number, number], pupExpr: (v: s
   };
   if (!/\bUPDATE lockers\b/.test(b.statements[0]?.text ?? '')) throw new Error(`the captured booking does not begin by taking a locker: ${b.statements[0]?.text.slice(0, 80)}`);
   const lines = [`\\set p random(${pups[0]}, ${pups[1]})`, '\\set s random(1, 1000000000000000)', 'BEGIN;'];
+  let codeInserts = 0;
   b.statements.forEach((st, i) => {
-    let text = st.text.replace(/\$(\d+)/g, (_, n: string) => value(st.values[Number(n) - 1], i === 0));
     // The service writes a booking's codes without ON CONFLICT on PostgreSQL (a PIN that collides
     // with a valid PIN of the point fails the statement and the job runs again with new PINs:
     // shipments/codes.ts); pgbench cannot run a transaction again, and one collision of its random
     // PINs aborted the whole floor run (seen once in 4,000 bookings). The floor skips such a PIN
-    // instead (the check after the run allows for it).
-    if (/^INSERT INTO access_codes\b/.test(text) && !/\bON CONFLICT\b/.test(text)) text = text.replace(/ RETURNING uid$/, " ON CONFLICT (pup_uid, value) WHERE valid = 1 AND shared = 0 AND type = 'Code' DO NOTHING RETURNING uid");
-    if (/^INSERT INTO access_codes\b/.test(text) && !/\bON CONFLICT\b/.test(text)) throw new Error(`the captured codes INSERT does not end as expected: ${text.slice(-60)}`);
+    // instead (the check after the run allows for it). The codes' INSERT travels inside the
+    // booking's batch (WITH s0 AS (...), s1 AS (INSERT INTO access_codes ... RETURNING uid), ...:
+    // shipments/sqlq.ts); its VALUES hold only $n here, before the values are written in.
+    const raw = st.text.replace(STRICT_CODES_INSERT, (_, head: string) => {
+      codeInserts++;
+      return `${head} ${CODES_ON_CONFLICT} RETURNING uid`;
+    });
+    if (new RegExp(STRICT_CODES_INSERT.source).test(raw)) throw new Error('the floor left a codes INSERT without ON CONFLICT');
+    const text = raw.replace(/\$(\d+)/g, (_, n: string) => value(st.values[Number(n) - 1], i === 0));
     // the first statement answers the taken locker's uid: the later ones write it
     lines.push(i === 0 ? `${text} \\gset` : `${text};`);
   });
+  if (codeInserts === 0) throw new Error(`the captured booking has no codes INSERT without ON CONFLICT (the service's strict insert, shipments/codes.ts): ${b.statements.map((st) => st.text.slice(0, 60)).join(' | ')}`);
   lines.push('COMMIT;', '');
   return lines.join('\n');
 }

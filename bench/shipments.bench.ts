@@ -291,8 +291,8 @@ async function pgFloorRun(db: Db, schema: string, b: Booking): Promise<Load> {
   const n = warm.transactions + r.transactions;
   const codes = b.codes;
   const got = { s: Number(after.s) - Number(before.s), c: Number(after.c) - Number(before.c), o: Number(after.o) - Number(before.o), l: Number(after.l) - Number(before.l) };
-  // (a new PIN equal to a valid one of its PUP is skipped, as the service's first attempt skips it
-  // before it draws again: a few in thousands)
+  // (a new PIN equal to a valid one of its PUP is skipped: the floor writes the codes with ON
+  // CONFLICT, pg-floor.ts, where the service would run the booking again; a few in thousands)
   if (got.s !== n || got.o !== n || got.l !== n || got.c > n * codes || got.c < n * codes - Math.ceil(n / 500)) throw new Error(`the SQL floor's ${n} transactions wrote ${JSON.stringify(got)} (${codes} codes each expected)`);
   return { rps: r.tps, ok: r.transactions, non2xx: r.failed, errors: 0, p50: r.latencyMs, p99: NaN, cpuUsPerReq: 0 };
 }

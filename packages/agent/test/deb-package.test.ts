@@ -34,16 +34,39 @@ function ok(cmd: string, args: string[], opts: Parameters<typeof run>[2] = {}): 
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (${r.status ?? r.signal}${r.error ? `, ${r.error.message}` : ''}):\n${r.stdout}\n${r.stderr}`);
   return r.stdout;
 }
+/**
+ * A long command (the package build, dpkg) without blocking this worker: a synchronous wait past
+ * vitest's 60 s RPC timeout fails the whole run ("Timeout calling onTaskUpdate") even when every
+ * test passes, as the package build did on a loaded CI machine (82-95 s).
+ */
+function runAsync(cmd: string, args: string[], opts: { env?: NodeJS.ProcessEnv; cwd?: string; timeout?: number } = {}): Promise<{ status: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(cmd, args, { env: opts.env ?? process.env, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeout ?? 60_000);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      resolve({ status: null, signal: null, stdout, stderr: `${stderr}${err.message}` });
+    });
+    child.on('close', (status, signal) => {
+      clearTimeout(timer);
+      resolve({ status, signal, stdout, stderr });
+    });
+  });
+}
 /** dpkg, waiting for its lock while another dpkg/apt runs on the machine (up to a minute). */
-function dpkg(args: string[], timeout = 110_000): string {
+async function dpkg(args: string[], timeout = 110_000): Promise<string> {
   const until = Date.now() + 60_000;
   for (;;) {
-    const r = run('dpkg', args, { timeout });
+    const r = await runAsync('dpkg', args, { timeout });
     if (r.status === 0) return r.stdout;
     if (!/lock was locked by another process|could not get lock|is locked by another process/i.test(r.stderr) || Date.now() > until) {
       throw new Error(`dpkg ${args.join(' ')} failed (${r.status ?? r.signal}):\n${r.stdout}\n${r.stderr}`);
     }
-    spawnSync('sleep', ['1']);
+    await new Promise((r) => setTimeout(r, 1000));
   }
 }
 const installedStatus = (): string | null => {
@@ -135,17 +158,17 @@ d('the locker-agent Debian package: build, install, run the installed agent to a
     await procs.killAll();
     await notify?.stop();
     // never leave the package behind (a failed run included)
-    if (!REASON && installedStatus()) dpkg(['--purge', 'locker-agent']);
+    if (!REASON && installedStatus()) await dpkg(['--purge', 'locker-agent']);
     if (dir) {
       if (failed) console.log(`[deb-package] logs kept in ${dir}`);
       else fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 
-  it('npm run package:agent builds locker-agent_<version>_<arch>.deb', { timeout: 240_000 }, () => {
+  it('npm run package:agent builds locker-agent_<version>_<arch>.deb', { timeout: 240_000 }, async () => {
     const arch = ok('dpkg', ['--print-architecture']).trim();
     const out = path.join(dir, 'out');
-    const r = run('npm', ['run', '--silent', 'package:agent'], { cwd: ROOT, env: { ...process.env, PACKAGE_AGENT_OUT: out }, timeout: 230_000 });
+    const r = await runAsync('npm', ['run', '--silent', 'package:agent'], { cwd: ROOT, env: { ...process.env, PACKAGE_AGENT_OUT: out }, timeout: 230_000 });
     fs.writeFileSync(path.join(dir, 'package.log'), `${r.stdout}\n${r.stderr}`);
     if (r.status !== 0) throw new Error(`npm run package:agent failed (${r.status ?? r.signal}):\n${r.stderr.slice(-4000)}`);
     deb = r.stdout.trim().split('\n').pop()!;
@@ -188,9 +211,9 @@ d('the locker-agent Debian package: build, install, run the installed agent to a
     expect(ok('dpkg-deb', ['--info', deb, 'conffiles']).trim()).toBe('/etc/locker/agent.yaml');
   });
 
-  it('dpkg -i: files, the locker user in dialout, permissions, the conffile, the unit, the udev rule', { timeout: 120_000 }, () => {
+  it('dpkg -i: files, the locker user in dialout, permissions, the conffile, the unit, the udev rule', { timeout: 120_000 }, async () => {
     expect(deb, 'the package was built').toBeTruthy();
-    dpkg(['-i', deb]);
+    await dpkg(['-i', deb]);
     expect(installedStatus()).toBe('install ok installed');
     expect(fs.existsSync('/opt/locker-agent/packages/agent/dist/cli.js')).toBe(true);
     expect(fs.realpathSync('/usr/bin/locker-agent')).toBe('/opt/locker-agent/packages/agent/bin/locker-agent.js');
@@ -337,7 +360,7 @@ d('the locker-agent Debian package: build, install, run the installed agent to a
     if (notify) expect(notify.count('STOPPING=1')).toBe(1);
   });
 
-  it('an upgrade keeps the changed config; dpkg -r keeps config and store; dpkg -P removes both', { timeout: 120_000 }, () => {
+  it('an upgrade keeps the changed config; dpkg -r keeps config and store; dpkg -P removes both', { timeout: 120_000 }, async () => {
     expect(installedStatus()).toBe('install ok installed');
     const mine = fs.readFileSync('/etc/locker/agent.yaml', 'utf8');
     expect(mine).toContain('written by deb-package.test.ts');
@@ -350,19 +373,19 @@ d('the locker-agent Debian package: build, install, run the installed agent to a
     const next = path.join(dir, `locker-agent_${VERSION}+next1.deb`);
     ok('dpkg-deb', ['--root-owner-group', '-Zgzip', '-z1', '--build', x, next], { timeout: 60_000 });
     fs.rmSync(x, { recursive: true, force: true });
-    dpkg(['-i', next]);
+    await dpkg(['-i', next]);
     expect(ok('dpkg-query', ['-W', '-f=${Version}', 'locker-agent'])).toBe(`${VERSION}+next1`);
     expect(fs.readFileSync('/etc/locker/agent.yaml', 'utf8')).toBe(mine);
     expect(statOf('/etc/locker/agent.yaml')).toEqual({ owner: 'root:locker', mode: '0640' });
     expect(fs.existsSync('/var/lib/locker/agent.db')).toBe(true);
 
-    dpkg(['-r', 'locker-agent']);
+    await dpkg(['-r', 'locker-agent']);
     expect(installedStatus()).toBe('deinstall ok config-files');
     for (const gone of ['/opt/locker-agent', '/usr/bin/locker-agent', '/lib/systemd/system/locker-agent.service', '/lib/udev/rules.d/60-locker-agent.rules']) expect(fs.existsSync(gone), gone).toBe(false);
     expect(fs.readFileSync('/etc/locker/agent.yaml', 'utf8')).toBe(mine);
     expect(fs.existsSync('/var/lib/locker/agent.db')).toBe(true);
 
-    dpkg(['-P', 'locker-agent']);
+    await dpkg(['-P', 'locker-agent']);
     expect(installedStatus()).toBeNull();
     expect(fs.existsSync('/etc/locker/agent.yaml')).toBe(false);
     expect(fs.existsSync('/etc/locker')).toBe(false);

@@ -21,7 +21,8 @@ const PAGE_COLS =
  * answer as it is (JsonText): no JSON.parse, no object, no serializer walk per row (GetShipments on
  * SQLite: 375-398 us of CPU per request before, 297-303 us after, in alternating runs). A row with
  * a stored address (our own writes store none) comes as its JSON array instead, mapped by toItem
- * as before: addresses are parsed leniently (parseAddress).
+ * as before: addresses are parsed leniently (parseAddress). On SQLite it runs only in the
+ * triggers and the sync below, and the page reads the stored text (150 us against 655 us a page).
  */
 function itemSql(engine: Engine): string {
   const q = (v: string) => jsonQuoteSql(engine, v);
@@ -66,7 +67,8 @@ export const ITEM_SQL: Record<Engine, string> = { sqlite: itemSql('sqlite'), pos
 // write the items of the shipments that show it).
 // The triggers are derived from ITEM_SQL: syncShipmentItems (run by migration 206 and after every
 // migration) writes them anew, and every item with them, whenever their text differs from this
-// code's. PostgreSQL writes the item in the page's statement (its page is bound by planning).
+// code's. PostgreSQL writes the item in the page's statement (its page is bound by PostgreSQL's own
+// work: the page floor of docs/benchmarks.md).
 
 /** the item of the shipment with rowid `rowid` */
 const itemOf = (rowid: string) => `(SELECT ${ITEM_SQL.sqlite} FROM shipments s ${PAGE_JOINS} WHERE s.rowid = ${rowid})`;
@@ -102,7 +104,7 @@ export const SHIPMENT_ITEM_TRIGGERS: Record<string, string> = {
 };
 
 /** the partial index the locker triggers find a locker's active shipments by */
-export const SHIPMENTS_ACTIVE_LOCKER_INDEX = 'CREATE INDEX IF NOT EXISTS shipments_active_locker ON shipments (locker_uid) WHERE active = 1';
+const SHIPMENTS_ACTIVE_LOCKER_INDEX = 'CREATE INDEX IF NOT EXISTS shipments_active_locker ON shipments (locker_uid) WHERE active = 1';
 
 /** how Db.migrate() names a rewrite of every item among the migrations it applied */
 export const SHIPMENT_ITEMS_WRITTEN = 'shipment items written anew (shipments/items.ts)';
@@ -121,9 +123,9 @@ const inStep = (have: Map<string, string>) => {
 /**
  * SQLite: the item triggers as this code writes them. When any differs from sqlite_schema's (a
  * new store, or code whose item changed), all are written anew and every shipment's item with
- * them, in one transaction: all shipments rewritten, about 1.5 s per 100,000 on the EPYC host,
+ * them, in one transaction: all shipments rewritten, about 2 s per 100,000 on the EPYC host,
  * holding the write lock. A store in step costs one read and takes no write lock. Inside the
- * caller's transaction (migration 206) it writes them without looking. Returns whether it wrote them.
+ * caller's transaction (migration 206) it writes them whatever the store holds. Returns whether it wrote them.
  */
 export async function syncShipmentItems(db: Kysely<any>): Promise<boolean> {
   if (!db.isTransaction) {
@@ -133,7 +135,8 @@ export async function syncShipmentItems(db: Kysely<any>): Promise<boolean> {
   }
   // The first statement writes (an UPDATE takes the write lock even when it matches no row): the
   // lock is taken before anything is read, waiting as busy_timeout says, not by upgrading a read,
-  // which SQLite refuses at once when another connection wrote meanwhile
+  // which SQLite refuses at once when another connection wrote meanwhile (in migration 206 a read
+  // of the table's columns comes first: the store is being created or migrated, at its start)
   await sql`UPDATE shipments SET item_json = NULL WHERE 0`.execute(db);
   for (const name of (await storedTriggers(db)).keys()) await sql.raw(`DROP TRIGGER ${name}`).execute(db);
   await sql.raw(SHIPMENTS_ACTIVE_LOCKER_INDEX).execute(db);
