@@ -1,25 +1,32 @@
-// SQLite keeps each shipment's GetShipments item in its row (shipments.item_json, written by the
-// triggers of shipments/items.ts) and a page reads it as stored. Whatever writes a shipment, an
-// account, a pick up point or a locker, every stored item must equal the item written from the
+// Both engines keep each shipment's GetShipments item in its row (shipments.item_json, written by
+// the triggers of shipments/items.ts) and a page reads it as stored. Whatever writes a shipment,
+// an account, a pick up point or a locker, every stored item must equal the item written from the
 // row's columns and names at that moment, and a page must show it. The store's triggers follow
 // the code: a store whose triggers or items are not this code's is written anew when it migrates.
+// PostgreSQL: a name changed while a shipment is written in another transaction, in either order.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestService, type TestService } from './support/harness';
+import { type Kysely, sql } from 'kysely';
+import pg from 'pg';
+import { createTestService, describeEngines, pgUrl, type TestService } from './support/harness';
 import { PUP_A1, PUP_A2, testSite } from './support/fixtures';
 import { addUser, booking, dropOff, ok, pickUp } from './shipments-helpers';
-import { ITEM_SQL, PAGE_JOINS, SHIPMENT_ITEM_TRIGGERS, SHIPMENT_ITEMS_WRITTEN, syncShipmentItems } from '../src/shipments/items';
+import { ITEM_SQL, PAGE_JOINS, PG_ITEMS_VERSION, SHIPMENT_ITEM_TRIGGERS, SHIPMENT_ITEMS_WRITTEN, syncShipmentItems } from '../src/shipments/items';
 import * as m206 from '../src/db/migrations/206_shipment_items';
+import * as m207 from '../src/db/migrations/207_shipment_items_pg';
 
-describe('shipments: items kept in the row (SQLite)', () => {
+class Rollback extends Error {}
+
+describeEngines('shipments: items kept in the row', (engine) => {
   let t: TestService;
   let sender: string;
   let receiver: string;
   const ids: string[] = [];
+  const item = ITEM_SQL[engine];
 
   /** the shipments whose stored item is not the item written from their row now */
-  const stale = () =>
-    t.ctx.db.sqlite!.prepare(`SELECT s.uid, s.item_json AS stored, ${ITEM_SQL.sqlite} AS now FROM shipments s ${PAGE_JOINS} WHERE s.item_json IS NOT ${ITEM_SQL.sqlite}`).all() as { uid: string; stored: string | null; now: string }[];
-  const count = () => (t.ctx.db.sqlite!.prepare('SELECT count(*) FROM shipments').pluck().get() as number);
+  const stale = async (db: Kysely<any> = t.ctx.db.kysely) =>
+    (await sql.raw<{ uid: string; stored: string | null; now: string }>(`SELECT s.uid, s.item_json AS stored, ${item} AS now FROM shipments s ${PAGE_JOINS} WHERE s.item_json IS ${engine === 'sqlite' ? 'NOT' : 'DISTINCT FROM'} ${item}`).execute(db)).rows;
+  const count = async () => Number((await t.ctx.db.kysely.selectFrom('shipments').select((eb) => eb.fn.countAll().as('n')).executeTakeFirstOrThrow()).n);
   const page = async () => {
     const of = async (activeShipments: boolean) => (await ok(t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 100, activeShipments, sortBy: 'CreatedAsc' }))).items as any[];
     return [...(await of(true)), ...(await of(false))];
@@ -27,7 +34,7 @@ describe('shipments: items kept in the row (SQLite)', () => {
   const itemOf = async (uid: string) => (await page()).find((i) => i.shipmentUid === uid);
 
   beforeAll(async () => {
-    t = await createTestService('sqlite');
+    t = await createTestService(engine);
     sender = await addUser(t, PUP_A1);
     receiver = await addUser(t, PUP_A1);
     for (let i = 0; i < 6; i++) {
@@ -39,8 +46,8 @@ describe('shipments: items kept in the row (SQLite)', () => {
   afterAll(async () => t?.close());
 
   it('a booking writes the item with its row', async () => {
-    expect(count()).toBe(6);
-    expect(stale()).toEqual([]);
+    expect(await count()).toBe(6);
+    expect(await stale()).toEqual([]);
     const item = await itemOf(ids[0]!);
     expect(item).toMatchObject({ shipmentUid: ids[0], stateCode: 'ReadyForDropoff', referenceNo: 'R0', bookedPupUid: PUP_A1 });
     expect(typeof item.bookedLockerName).toBe('string');
@@ -53,29 +60,29 @@ describe('shipments: items kept in the row (SQLite)', () => {
     await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: ids[2] }));
     const k = t.ctx.db.kysely;
     await k.updateTable('shipments').set({ description: 'changed "here"', reference_case_no: 'C9' }).where('uid', '=', ids[3]!).execute();
-    expect(stale()).toEqual([]);
+    expect(await stale()).toEqual([]);
     expect((await itemOf(ids[0]!)).stateCode).toBe('ReadyForPickup');
     expect(await itemOf(ids[1]!)).toMatchObject({ bookedPupUid: null, bookedPupName: null, bookedLockerName: null });
     expect(await itemOf(ids[3]!)).toMatchObject({ description: 'changed "here"', referenceCaseNo: 'C9' });
   });
 
-  it('a write of any one column the item shows writes the item', () => {
-    const s = t.ctx.db.sqlite!;
+  it('a write of any one column the item shows writes the item', async () => {
     const values: Record<string, unknown> = {
       uid: 'f'.repeat(32), created_at: '2026-01-01T00:00:00.000', type_code: 'Other', state_start: '2026-01-02T00:00:00.000Z', state_code: 'Other', active: 0,
       reference_no: 'x', reference_case_no: 'y', description: 'z', from_user_uid: receiver, to_user_uid: sender, from_address: '{"city":"c"}', to_address: '{"city":"d"}',
       swaps_shipment_uid: ids[0], pup_uid: PUP_A2, locker_uid: null,
     };
     for (const [column, value] of Object.entries(values)) {
-      s.exec('SAVEPOINT one_column');
-      try {
-        s.prepare(`UPDATE shipments SET ${column} = ? WHERE uid = ?`).run(value, ids[4]!);
-        expect({ column, stale: stale() }).toEqual({ column, stale: [] });
-      } finally {
-        s.exec('ROLLBACK TO one_column; RELEASE one_column');
-      }
+      // each write alone, in a transaction rolled back
+      await expect(
+        t.ctx.db.kysely.transaction().execute(async (trx) => {
+          await trx.updateTable('shipments').set({ [column]: value }).where('uid', '=', ids[4]!).execute();
+          expect({ column, stale: await stale(trx) }).toEqual({ column, stale: [] });
+          throw new Rollback();
+        }),
+      ).rejects.toBeInstanceOf(Rollback);
     }
-    expect(stale()).toEqual([]);
+    expect(await stale()).toEqual([]);
   });
 
   it('a renamed pick up point, locker or user shows on the items that show the name', async () => {
@@ -87,13 +94,13 @@ describe('shipments: items kept in the row (SQLite)', () => {
     await k.updateTable('lockers').set({ name: 'RENAMED-1' }).where('uid', '=', locker).execute();
     await k.updateTable('accounts').set({ user_name: 'renamed@example.test' }).where('uid', '=', sender).execute();
     await k.updateTable('accounts').set({ user_name: 'to-renamed@example.test' }).where('uid', '=', receiver).execute();
-    expect(stale()).toEqual([]);
+    expect(await stale()).toEqual([]);
     const item = await itemOf(ids[4]!);
     expect(item).toMatchObject({ bookedPupUid: PUP_A2, bookedPupName: 'Renamed Point', bookedLockerName: 'RENAMED-1', fromUserName: 'renamed@example.test', toUserName: 'to-renamed@example.test' });
     // an inactive shipment shows no booked names, and keeps the user's
     expect(await itemOf(ids[2]!)).toMatchObject({ bookedPupName: null, fromUserName: 'renamed@example.test' });
     await t.provision(testSite());
-    expect(stale()).toEqual([]);
+    expect(await stale()).toEqual([]);
   });
 
   for (const side of ['from', 'to'] as const) {
@@ -105,33 +112,33 @@ describe('shipments: items kept in the row (SQLite)', () => {
       const before = await itemOf(uid);
       expect(typeof before[`${side}UserName`]).toBe('string');
       await ok(t.post('/v1/Account/RemoveAccount', { userUid: gone }));
-      expect(stale()).toEqual([]);
+      expect(await stale()).toEqual([]);
       const after = await itemOf(uid);
       expect(after[`${side}UserUid`]).toBe(gone);
       expect(`${side}UserName` in after).toBe(false);
       const now = new Date().toISOString();
       const name = `back-${side}@example.test`;
       await t.ctx.db.kysely.insertInto('accounts').values({ uid: gone, user_name: name, user_name_key: name, email_address: name, email_key: name, created_at: now, updated_at: now }).execute();
-      expect(stale()).toEqual([]);
+      expect(await stale()).toEqual([]);
       expect((await itemOf(uid))[`${side}UserName`]).toBe(name);
     });
   }
 
-  it("a store with another code's triggers and items is written anew when it migrates; a store in step is left alone", async () => {
+  it.runIf(engine === 'sqlite')("SQLite: a store with another code's triggers and items is written anew when it migrates; a store in step is left alone", async () => {
     const s = t.ctx.db.sqlite!;
     // an older code's item: another text, and triggers that no longer write it
     s.exec("DROP TRIGGER shipments_item_update; CREATE TRIGGER shipments_item_update AFTER UPDATE OF state_code ON shipments BEGIN UPDATE shipments SET item_json = 'old' WHERE rowid = NEW.rowid; END");
     s.exec("DROP TRIGGER pups_item_update; UPDATE shipments SET item_json = 'old'");
     await t.ctx.db.kysely.updateTable('shipments').set({ reference_no: 'R-new' }).where('uid', '=', ids[5]!).execute();
-    expect(stale().length).toBe(count());
+    expect((await stale()).length).toBe(await count());
     expect(await t.ctx.db.migrate()).toEqual([SHIPMENT_ITEMS_WRITTEN]);
-    expect(stale()).toEqual([]);
+    expect(await stale()).toEqual([]);
     const triggers = s.prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger' AND name LIKE '%\\_item\\_%' ESCAPE '\\'").all() as { name: string; sql: string }[];
     expect(Object.fromEntries(triggers.map((r) => [r.name, r.sql]))).toEqual(SHIPMENT_ITEM_TRIGGERS);
     expect((await itemOf(ids[5]!)).referenceNo).toBe('R-new');
     // migration 206 run again (a process that died before Kysely recorded it): nothing to do, no error
     await m206.up(t.ctx.db.kysely);
-    expect(stale()).toEqual([]);
+    expect(await stale()).toEqual([]);
     expect(await t.ctx.db.migrate()).toEqual([]);
     // in step: nothing written (an item set by hand stays as it is)
     s.prepare("UPDATE shipments SET item_json = 'by hand' WHERE uid = ?").run(ids[5]!);
@@ -139,6 +146,96 @@ describe('shipments: items kept in the row (SQLite)', () => {
     expect(s.prepare('SELECT item_json FROM shipments WHERE uid = ?').pluck().get(ids[5]!)).toBe('by hand');
     // any change of a shown column writes it right again
     await t.ctx.db.kysely.updateTable('shipments').set({ description: 'fixed' }).where('uid', '=', ids[5]!).execute();
-    expect(stale()).toEqual([]);
+    expect(await stale()).toEqual([]);
+  });
+
+  it.runIf(engine === 'postgres')("PostgreSQL: a store with another code's item functions and items is written anew when it migrates; a store in step is left alone", async () => {
+    const k = t.ctx.db.kysely;
+    const run = (text: string) => sql.raw(text).execute(k);
+    const version = async () => (await sql<{ v: string | null }>`SELECT obj_description(p.oid, 'pg_proc') AS v FROM pg_proc p WHERE p.proname = 'shipment_item_write' AND p.pronamespace = current_schema()::regnamespace`.execute(k)).rows[0]?.v;
+    const triggers = async () => (await sql<{ tgname: string }>`SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace ORDER BY 1`.execute(k)).rows.map((r) => r.tgname);
+    const wanted = await triggers();
+    expect(wanted).toHaveLength(10);
+    expect(await version()).toBe(PG_ITEMS_VERSION);
+    // an older code's item: another function, a trigger gone, other items
+    await run(`CREATE OR REPLACE FUNCTION shipment_item_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.item_json := 'old'; RETURN NEW; END $$`);
+    await run(`COMMENT ON FUNCTION shipment_item_write() IS 'older'`);
+    await run('DROP TRIGGER pups_item_update ON pups');
+    await run(`UPDATE shipments SET item_json = 'old'`);
+    await k.updateTable('shipments').set({ reference_no: 'R-new' }).where('uid', '=', ids[5]!).execute();
+    expect((await stale()).length).toBe(await count());
+    expect(await t.ctx.db.migrate()).toEqual([SHIPMENT_ITEMS_WRITTEN]);
+    expect(await stale()).toEqual([]);
+    expect(await triggers()).toEqual(wanted);
+    expect(await version()).toBe(PG_ITEMS_VERSION);
+    expect((await itemOf(ids[5]!)).referenceNo).toBe('R-new');
+    // migration 207 run again: nothing to do, no error
+    await k.transaction().execute((trx) => m207.up(trx));
+    expect(await t.ctx.db.migrate()).toEqual([]);
+    // in step: nothing written (an item set by hand stays: a write of item_json alone fires no trigger)
+    await run(`UPDATE shipments SET item_json = 'by hand' WHERE uid = '${ids[5]}'`);
+    expect(await syncShipmentItems(k)).toBe(false);
+    expect((await k.selectFrom('shipments').select('item_json' as any).where('uid', '=', ids[5]!).executeTakeFirstOrThrow() as any).item_json).toBe('by hand');
+    await k.updateTable('shipments').set({ description: 'fixed' }).where('uid', '=', ids[5]!).execute();
+    expect(await stale()).toEqual([]);
+  });
+
+  describe.runIf(engine === 'postgres')('PostgreSQL: a name changed while another transaction writes a shipment', () => {
+    let a: pg.Client;
+    let b: pg.Client;
+    beforeAll(async () => {
+      const client = async () => {
+        const c = new pg.Client({ connectionString: pgUrl()! });
+        await c.connect();
+        await c.query(`SET search_path TO ${t.pgSchema}`);
+        return c;
+      };
+      a = await client();
+      b = await client();
+    });
+    afterAll(async () => {
+      await a?.end();
+      await b?.end();
+    });
+    /** whether the promise is still pending after ms */
+    const pending = async (p: Promise<unknown>, ms = 300) => Promise.race([p.then(() => false, () => false), new Promise<boolean>((r) => setTimeout(() => r(true), ms))]);
+
+    it('the name changes first: a booking of that user waits for its commit and shows the new name', async () => {
+      await a.query('BEGIN');
+      await a.query('UPDATE accounts SET user_name = $1 WHERE uid = $2', ['first@example.test', sender]);
+      const booked = ok(t.post('/v1/Logistics/CreateLocalShipment', { FromUserUid: sender, ToUserUid: receiver, ...booking(), ReferenceNo: 'during-rename' }));
+      const waited = await pending(booked);
+      await a.query('COMMIT');
+      const uid = (await booked).shipmentUid as string;
+      expect(await stale()).toEqual([]);
+      expect((await itemOf(uid)).fromUserName).toBe('first@example.test');
+      expect(waited).toBe(true);
+    });
+
+    it('a shipment is written first: the name change waits for its commit and writes its item', async () => {
+      await b.query('BEGIN');
+      await b.query('CREATE TEMP TABLE one_shipment ON COMMIT DROP AS SELECT * FROM shipments WHERE uid = $1', [ids[5]]);
+      await b.query(`UPDATE one_shipment SET uid = $1, reference_no = 'inserted'`, ['e'.repeat(32)]);
+      await b.query('INSERT INTO shipments SELECT * FROM one_shipment');
+      const renamed = a.query('UPDATE accounts SET user_name = $1 WHERE uid = $2', ['second@example.test', sender]);
+      const waited = await pending(renamed);
+      await b.query('COMMIT');
+      await renamed;
+      expect(await stale()).toEqual([]);
+      expect((await itemOf('e'.repeat(32))).fromUserName).toBe('second@example.test');
+      expect(waited).toBe(true);
+    });
+
+    it("an account's insert takes no lock while no shipment names its uid (a shipment written meanwhile goes on)", async () => {
+      await b.query('BEGIN');
+      await b.query(`UPDATE shipments SET description = 'open' WHERE uid = $1`, [ids[5]]);
+      const now = new Date().toISOString();
+      const inserted = a.query('INSERT INTO accounts (uid, user_name, user_name_key, email_address, email_key, created_at, updated_at) VALUES ($1, $2, $2, $2, $2, $3, $3)', ['d'.repeat(32), 'new@example.test', now]);
+      const waited = await pending(inserted);
+      await b.query('COMMIT');
+      await inserted;
+      expect(waited).toBe(false);
+      expect(await stale()).toEqual([]);
+    });
   });
 });

@@ -258,11 +258,11 @@ function makeDb(kysely: Kysely<Database>, engine: Engine, extra: { sqlite?: Bett
       const { error, results } = await migrator.migrateToLatest();
       if (error) throw error;
       const applied = (results ?? []).filter((r) => r.status === 'Success').map((r) => r.migrationName);
+      // the shipments' stored items and their triggers as this code writes them: an item changed
+      // in code is written anew in every store, and said among the applied (the service logs
+      // them; on SQLite openDatabase's migrate() then checkpoints, copying the rewrite at once); nothing when they are the same
+      if (await syncShipmentItems(kysely)) applied.push(SHIPMENT_ITEMS_WRITTEN);
       if (engine === 'sqlite') {
-        // the shipments' stored items and their triggers as this code writes them: an item changed
-        // in code is written anew in every store, and said among the applied (the service logs
-        // them; openDatabase's migrate() then checkpoints, copying the rewrite at once); nothing when they are the same
-        if (await syncShipmentItems(kysely)) applied.push(SHIPMENT_ITEMS_WRITTEN);
         // Statement and savepoint journals in memory from now on (migrations keep SQLite's default,
         // so an index built on a big table may sort in a file): a booking's sub-journal spilled to a
         // file (shipments/tx.ts), and every write of a shipment keeps a statement journal for its

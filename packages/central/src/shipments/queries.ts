@@ -11,7 +11,6 @@ import { threadAnswer } from '../db/read-pool';
 import type { JsonText } from '../http/serializer';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
-import { ITEM_SQL, PAGE_JOINS } from './items';
 import type { TypeCode } from './types';
 
 export type SortBy = 'CreatedAsc' | 'CreatedDesc' | 'ActivityAsc' | 'ActivityDesc';
@@ -159,7 +158,7 @@ function pgFirstPage(f: ShipmentFilter, q: ListSql, size: number): { text: strin
   if (limit === undefined) return undefined;
   let text = q.pgFirst.get(limit);
   if (text === undefined) {
-    text = `SELECT pg_current_snapshot()::text AS snap, ${ITEM_SQL.postgres} AS r FROM shipments s ${PAGE_JOINS} WHERE ${q.pgWhere} ${ORDER[f.sortBy]} LIMIT ${limit}`;
+    text = `SELECT pg_current_snapshot()::text AS snap, s.item_json AS r FROM shipments s WHERE ${q.pgWhere} ${ORDER[f.sortBy]} LIMIT ${limit}`;
     q.pgFirst.set(limit, text);
     if (q.pgNamed) registerPreparedStatement(text);
   }
@@ -205,10 +204,9 @@ function sqlOf(f: ShipmentFilter): ListSql {
   let q = listSql.get(key);
   if (!q) {
     const where = whereOf(f);
-    // Each row as one text, the item's JSON (items.ts), which goes into the answer as it is.
-    // SQLite reads it as the row keeps it (item_json, kept by triggers): no joins, nothing written
-    // per read. PostgreSQL writes it in the statement: one string per row crosses from the database
-    // instead of 19 values (the driver's per-field parsing and its garbage)
+    // Each row as one text, the item's JSON (items.ts), which goes into the answer as it is. Both
+    // engines read it as the row keeps it (item_json, kept by triggers): no joins, nothing written
+    // per read, one string per row from the database
     const page = `SELECT s.item_json FROM shipments s WHERE ${where} ${ORDER[f.sortBy]} ${SQLITE_LIMIT_OFFSET}`;
     let n = 0;
     const pgWhere = where.replace(/\?/g, () => `$${++n}`);
@@ -217,7 +215,7 @@ function sqlOf(f: ShipmentFilter): ListSql {
     // and only when its value is needed) and the page. $k+3 is the statement snapshot under which
     // the caller holds this filter's total: when the statement runs under that very snapshot the
     // CASE never needs the count, so it is never run (see PgTotals).
-    const pg = `SELECT CASE WHEN pg_current_snapshot()::text = $${k + 3} THEN NULL ELSE (SELECT count(*) FROM shipments s WHERE ${pgWhere}) END AS total, pg_current_snapshot()::text AS snap, ${ITEM_SQL.postgres} AS r FROM shipments s ${PAGE_JOINS} WHERE ${pgWhere} ${ORDER[f.sortBy]} LIMIT $${k + 1} OFFSET $${k + 2}`;
+    const pg = `SELECT CASE WHEN pg_current_snapshot()::text = $${k + 3} THEN NULL ELSE (SELECT count(*) FROM shipments s WHERE ${pgWhere}) END AS total, pg_current_snapshot()::text AS snap, s.item_json AS r FROM shipments s WHERE ${pgWhere} ${ORDER[f.sortBy]} LIMIT $${k + 1} OFFSET $${k + 2}`;
     const pgNamed = !f.states || f.states.length <= 2;
     q = { count: `SELECT count(*) AS n FROM shipments s WHERE ${where}`, page, pg, pgCount: `SELECT count(*) AS n, pg_current_snapshot()::text AS snap FROM shipments s WHERE ${pgWhere}`, pgFirst: new Map(), pgNamed, pgWhere };
     // bounded: every shape is a combination of a few flags, up to 13 states and 4 sorts

@@ -6,8 +6,7 @@ import { SHIPMENT_ITEM_TRIGGERS, syncShipmentItems } from '../../shipments/items
 // of writing every item from its columns and four joined names (150 us against 655 us for a page
 // of 100; the read thread's statement bounded the page's throughput). The triggers and the items
 // are written by syncShipmentItems, which also runs after every migration: an item changed in
-// code is written anew in every store without a migration of its own. PostgreSQL writes the item
-// in the page's statement: nothing here.
+// code is written anew in every store without a migration of its own. PostgreSQL: migration 207.
 export async function up(db: Kysely<any>): Promise<void> {
   if (db.getExecutor().adapter instanceof PostgresAdapter) return;
   // Kysely records a SQLite migration after up() returns, outside its transaction: a process that

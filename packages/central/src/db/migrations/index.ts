@@ -11,6 +11,7 @@ import * as m203 from './203_codes_valid_lookup';
 import * as m204 from './204_door_time';
 import * as m205 from './205_listing_order';
 import * as m206 from './206_shipment_items';
+import * as m207 from './207_shipment_items_pg';
 import * as m300 from './300_callbacks';
 import * as m301 from './301_outbox_indexes';
 import * as m302 from './302_outbox_park';
@@ -38,6 +39,7 @@ export const migrations: Record<string, Migration> = {
   '204_door_time': m204,
   '205_listing_order': m205,
   '206_shipment_items': m206,
+  '207_shipment_items_pg': m207,
   '300_callbacks': m300,
   '301_outbox_indexes': m301,
   '302_outbox_park': m302,
