@@ -12,6 +12,7 @@ import { terminalSecretDigest, type DigestKey } from '../auth/terminal-secret-di
 import { ProvisioningFile, type ProvisioningInput } from './schema';
 import { findNul } from '../nul';
 import { freeMailCode } from '../accounts/mail-code';
+import { refreshShipmentItems } from '../shipments/items';
 
 export class ProvisioningError extends Error {
   constructor(
@@ -249,5 +250,7 @@ export async function applyProvisioning(db: Kysely<Database>, input: Provisionin
       } else note('unchanged', `terminal ${term.id}`);
     }
   });
+  // PostgreSQL: the items of the shipments that show a renamed point, locker or user (shipments/items.ts)
+  await refreshShipmentItems(db);
   return report;
 }

@@ -1,5 +1,5 @@
-// A shipment as an item of the GetShipments family, written as JSON by the database, and (SQLite)
-// kept written in the shipment's row, item_json, so a page reads one stored text per row.
+// A shipment as an item of the GetShipments family, written as JSON by the database, and kept
+// written in the shipment's row, item_json, so a page reads one stored text per row (both engines).
 import { createHash } from 'node:crypto';
 import { type Kysely, PostgresAdapter, sql } from 'kysely';
 import { jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
@@ -151,31 +151,43 @@ export async function syncShipmentItems(db: Kysely<any>): Promise<boolean> {
 // --- PostgreSQL: the item kept in the row --------------------------------------------------------
 //
 // The same column, kept by PL/pgSQL triggers: a shipment's item is written in the row before it is
-// stored (a BEFORE trigger sets NEW.item_json: no second write of the row), and a change to a name
-// an item shows writes the items that show it. PostgreSQL's own page floor (pgbench, 64
-// connections, prepared, the bench's page of 100 among 100,000): 1,944-2,137 pages/s written from
-// the columns and four joined names, 8,121-10,534 pages/s read as stored.
+// stored (a BEFORE trigger sets NEW.item_json: no second write of the row). PostgreSQL's own page
+// floor (pgbench, 64 connections, prepared, the bench's page of 100 among 100,000): 1,944-2,137
+// pages/s written from the columns and four joined names, 8,121-10,534 pages/s read as stored.
 //
-// Two transactions at once: a shipment written with a name while the name changes. A shipment's
-// trigger reads the names in its own statement's snapshot, and the name's trigger writes the items
-// it sees in its own, so neither would see the other's uncommitted row and the item could keep the
-// old name. The name's trigger therefore first takes a SHARE ROW EXCLUSIVE lock on shipments (it
-// conflicts with every writer of shipments and with itself): it waits until every transaction that
-// wrote a shipment has ended, then writes the items in a snapshot taken after them, and a shipment
-// written after the lock waits until the name's transaction has ended, then reads the new name
-// (each statement of a PL/pgSQL function takes its own snapshot). Names change only by
-// provisioning and account removal, rarely; an account's insert (CreateOrGetAccount, often) takes
-// the lock only when a shipment already shows its uid (an account removed and made again under it).
+// A change to a name an item shows is written into the items after the change has committed, by
+// refreshShipmentItems: the name's trigger only records which name changed (shipment_item_refresh),
+// so a name's change waits for nothing and holds no lock on shipments. Writing the items in the
+// name's own transaction deadlocked: a door event locks its shipment (FOR UPDATE), then updates
+// it, then its locker; a rename that locked shipments in between waited for that shipment while
+// the door event waited for the rename's lock or its locker row.
+// The refresh runs in a transaction of its own that takes nothing before an EXCLUSIVE lock on
+// shipments: it waits until every transaction that locked or wrote a shipment has ended (one of
+// them may have read the old name before the change committed; every shipment statement locks the
+// table before its trigger reads a name) and holds nothing another transaction waits for while it
+// waits; once it holds the lock no row of shipments is locked by anyone else, so its UPDATE waits
+// for nothing. A shipment written after it began reads the names after the change committed
+// (each statement of a PL/pgSQL function takes its own snapshot). Plain reads (GetShipments) go on
+// meanwhile: EXCLUSIVE lets ACCESS SHARE through. It runs after provisioning and RemoveAccount
+// (the ways a name changes), and every second on each instance for anything else.
+// An account's insert (CreateOrGetAccount, often) records its uid only when a shipment already
+// names it (an account removed and made again under its uid).
 
 /** the item of the row `s` (a row of shipments in scope as `s`: NEW, or an UPDATE's target) */
 const pgItemOfRow = `(SELECT ${ITEM_SQL.postgres} FROM (SELECT 1) AS one ${PAGE_JOINS})`;
 const pgOfTenants = (column: string, values: string) => `SELECT uid FROM shipments WHERE tenant_uid IN (SELECT uid FROM tenants) AND ${column} = ANY (${values})`;
-const pgWhereOf: Record<'accounts' | 'pups' | 'lockers', (uids: string) => string> = {
+type NameTable = 'accounts' | 'pups' | 'lockers';
+const NAME_TABLES: NameTable[] = ['accounts', 'pups', 'lockers'];
+/** the shipments whose item shows the name of a row of `table` with one of `uids` (a text[]) */
+const pgWhereOf: Record<NameTable, (uids: string) => string> = {
   accounts: (uids) => `uid IN (${pgOfTenants('from_user_uid', uids)} UNION ${pgOfTenants('to_user_uid', uids)})`,
   pups: (uids) => `uid IN (${pgOfTenants('pup_uid', uids)} AND active = 1)`,
   lockers: (uids) => `active = 1 AND locker_uid = ANY (${uids})`,
 };
 const pgNameColumn = { accounts: 'user_name', pups: 'name', lockers: 'name' } as const;
+
+/** the table the name triggers record into (migration 207) */
+export const PG_REFRESH_TABLE = 'CREATE TABLE IF NOT EXISTS shipment_item_refresh (kind text NOT NULL, uid text NOT NULL)';
 
 /** name -> the function's CREATE OR REPLACE text */
 const PG_ITEM_FUNCTIONS: Record<string, string> = {
@@ -185,20 +197,20 @@ BEGIN
   RETURN NEW;
 END $item$`,
   ...Object.fromEntries(
-    (['accounts', 'pups', 'lockers'] as const).map((table) => [
+    NAME_TABLES.map((table) => [
       `shipment_items_of_${table}`,
       `CREATE OR REPLACE FUNCTION shipment_items_of_${table}() RETURNS trigger LANGUAGE plpgsql AS $item$
-DECLARE uids text[];
 BEGIN
   IF TG_OP = 'INSERT' THEN
-    uids := ARRAY[NEW.uid];
     -- a new row's name shows only where a shipment already names its uid
-    IF NOT EXISTS (SELECT 1 FROM shipments WHERE ${pgWhereOf[table]('uids')}) THEN RETURN NULL; END IF;
-  ELSIF TG_OP = 'DELETE' THEN uids := ARRAY[OLD.uid];
-  ELSE uids := ARRAY[OLD.uid, NEW.uid];
+    IF EXISTS (SELECT 1 FROM shipments WHERE ${pgWhereOf[table]('ARRAY[NEW.uid]')}) THEN
+      INSERT INTO shipment_item_refresh (kind, uid) VALUES ('${table}', NEW.uid);
+    END IF;
+  ELSIF TG_OP = 'DELETE' THEN
+    INSERT INTO shipment_item_refresh (kind, uid) VALUES ('${table}', OLD.uid);
+  ELSE
+    INSERT INTO shipment_item_refresh (kind, uid) VALUES ('${table}', OLD.uid), ('${table}', NEW.uid);
   END IF;
-  LOCK TABLE shipments IN SHARE ROW EXCLUSIVE MODE;
-  UPDATE shipments s SET item_json = ${pgItemOfRow} WHERE ${pgWhereOf[table]('uids')};
   RETURN NULL;
 END $item$`,
     ]),
@@ -209,7 +221,7 @@ END $item$`,
 const PG_ITEM_TRIGGERS: Record<string, [string, string]> = {
   shipments_item_write: ['shipments', `CREATE TRIGGER shipments_item_write BEFORE INSERT OR UPDATE OF ${ITEM_COLUMNS} ON shipments FOR EACH ROW EXECUTE FUNCTION shipment_item_write()`],
   ...Object.fromEntries(
-    (['accounts', 'pups', 'lockers'] as const).flatMap((table) => {
+    NAME_TABLES.flatMap((table) => {
       const name = pgNameColumn[table];
       const fn = `EXECUTE FUNCTION shipment_items_of_${table}()`;
       return [
@@ -227,32 +239,80 @@ export const PG_ITEMS_VERSION = createHash('sha256')
   .digest('hex')
   .slice(0, 32);
 
-/** the version comment on shipment_item_write in this schema, or undefined (no function) */
-async function pgStoredVersion(db: Kysely<any>): Promise<string | null | undefined> {
-  const { rows } = await sql<{ v: string | null }>`SELECT obj_description(p.oid, 'pg_proc') AS v FROM pg_proc p WHERE p.proname = 'shipment_item_write' AND p.pronamespace = current_schema()::regnamespace`.execute(db);
-  return rows.length ? rows[0]!.v : undefined;
+/** whether this schema holds this code's item functions (their version comment) and all its item triggers */
+async function pgInStep(db: Kysely<any>): Promise<boolean> {
+  const { rows } = await sql<{ v: string | null; n: number }>`SELECT (SELECT obj_description(p.oid, 'pg_proc') FROM pg_proc p JOIN pg_namespace ns ON ns.oid = p.pronamespace WHERE p.proname = 'shipment_item_write' AND ns.nspname = current_schema()) AS v,
+    (SELECT count(*)::int FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE ns.nspname = current_schema() AND NOT t.tgisinternal AND t.tgname = ANY (${Object.keys(PG_ITEM_TRIGGERS)}::text[])) AS n`.execute(db);
+  return rows[0]?.v === PG_ITEMS_VERSION && Number(rows[0]?.n) === Object.keys(PG_ITEM_TRIGGERS).length;
+}
+
+/** PostgreSQL errors a lock wait may end in, after which the whole transaction is tried again */
+const LOCK_RETRY_CODES = new Set(['40P01' /* deadlock_detected */, '55P03' /* lock_not_available: lock_timeout */]);
+
+/** `fn` in a transaction of its own, tried again (up to 5 times) when a lock wait ends in a deadlock or lock_timeout */
+async function withLockRetry<T>(db: Kysely<any>, fn: (trx: Kysely<any>) => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await db.transaction().execute(fn);
+    } catch (err) {
+      if (attempt >= 5 || !LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) throw err;
+      await new Promise((r) => setTimeout(r, 100 * attempt));
+    }
+  }
 }
 
 /**
- * PostgreSQL: as syncShipmentItems. The store's version (a comment on the item function) is read
- * first; when it is not this code's, one transaction takes a SHARE ROW EXCLUSIVE lock on
- * shipments (instances starting together wait for each other, and no shipment is written
- * meanwhile), reads the version again, writes functions, triggers and every item, and the version.
+ * PostgreSQL: as syncShipmentItems (inside migration 207's transaction: written there). When the
+ * schema is not in step (pgInStep), one transaction takes an EXCLUSIVE lock on shipments first (instances starting together wait for each other;
+ * no shipment is locked or written meanwhile), looks again, and writes functions, triggers, every
+ * item and the version. Its DROP and CREATE TRIGGER lock the name tables too, after shipments: a
+ * deadlock with a live transaction (an older instance's, in a rolling deploy) or a lock wait past
+ * 30 s is tried again.
  */
 async function syncPgShipmentItems(db: Kysely<any>): Promise<boolean> {
-  if (!db.isTransaction) {
-    if ((await pgStoredVersion(db)) === PG_ITEMS_VERSION) return false;
-    return db.transaction().execute((trx) => syncPgShipmentItems(trx));
-  }
-  await sql`LOCK TABLE shipments IN SHARE ROW EXCLUSIVE MODE`.execute(db);
-  if ((await pgStoredVersion(db)) === PG_ITEMS_VERSION) return false;
-  for (const [name, [table]] of Object.entries(PG_ITEM_TRIGGERS)) await sql.raw(`DROP TRIGGER IF EXISTS ${name} ON ${table}`).execute(db);
-  await sql.raw(SHIPMENTS_ACTIVE_LOCKER_INDEX).execute(db);
-  for (const text of Object.values(PG_ITEM_FUNCTIONS)) await sql.raw(text).execute(db);
-  for (const [, text] of Object.values(PG_ITEM_TRIGGERS)) await sql.raw(text).execute(db);
-  await sql.raw(`UPDATE shipments s SET item_json = ${pgItemOfRow}`).execute(db);
-  await sql.raw(`COMMENT ON FUNCTION shipment_item_write() IS '${PG_ITEMS_VERSION}'`).execute(db);
+  if (db.isTransaction) return writePgShipmentItems(db);
+  if (await pgInStep(db)) return false;
+  return withLockRetry(db, writePgShipmentItems);
+}
+
+/** syncPgShipmentItems' transaction (migration 207's, or its own) */
+async function writePgShipmentItems(trx: Kysely<any>): Promise<boolean> {
+  await sql`SET LOCAL lock_timeout = '30s'`.execute(trx);
+  await sql`LOCK TABLE shipments IN EXCLUSIVE MODE`.execute(trx);
+  if (await pgInStep(trx)) return false;
+  await sql.raw(PG_REFRESH_TABLE).execute(trx);
+  for (const [name, [table]] of Object.entries(PG_ITEM_TRIGGERS)) await sql.raw(`DROP TRIGGER IF EXISTS ${name} ON ${table}`).execute(trx);
+  await sql.raw(SHIPMENTS_ACTIVE_LOCKER_INDEX).execute(trx);
+  for (const text of Object.values(PG_ITEM_FUNCTIONS)) await sql.raw(text).execute(trx);
+  for (const [, text] of Object.values(PG_ITEM_TRIGGERS)) await sql.raw(text).execute(trx);
+  await sql.raw(`UPDATE shipments s SET item_json = ${pgItemOfRow}`).execute(trx);
+  // every item is written: what was waiting to be refreshed is done
+  await sql`DELETE FROM shipment_item_refresh`.execute(trx);
+  await sql.raw(`COMMENT ON FUNCTION shipment_item_write() IS '${PG_ITEMS_VERSION}'`).execute(trx);
   return true;
+}
+
+/**
+ * PostgreSQL: writes the items that show a name changed since the last refresh (see above), in a
+ * transaction of its own; returns how many changed names it wrote the items of. Nothing to do
+ * costs one read. SQLite writes them in the name's own statement: 0.
+ */
+export async function refreshShipmentItems(db: Kysely<any>): Promise<number> {
+  if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return 0;
+  const { rows: any } = await sql`SELECT 1 FROM shipment_item_refresh LIMIT 1`.execute(db);
+  if (!any.length) return 0;
+  return withLockRetry(db, async (trx) => {
+    await sql`LOCK TABLE shipments IN EXCLUSIVE MODE`.execute(trx);
+    const { rows } = await sql<{ kind: NameTable; uid: string }>`DELETE FROM shipment_item_refresh RETURNING kind, uid`.execute(trx);
+    for (const table of NAME_TABLES) {
+      const uids = [...new Set(rows.filter((r) => r.kind === table).map((r) => r.uid))];
+      if (!uids.length) continue;
+      // the uids as a parameter wherever the condition names them
+      const where = sql.join(pgWhereOf[table]('\u0000').split('\u0000').map((part) => sql.raw(part)), sql`${uids}::text[]`);
+      await sql`UPDATE shipments s SET item_json = ${sql.raw(pgItemOfRow)} WHERE ${where}`.execute(trx);
+    }
+    return rows.length;
+  });
 }
 
 /** PostgreSQL: each item trigger's name and table, and the functions' names (migration 207's down()) */
