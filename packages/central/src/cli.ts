@@ -64,7 +64,10 @@ async function provision(cfg: Config, file: string) {
   const db = await openDatabase({ url: cfg.database.url, sqliteSynchronous: cfg.database.sqliteSynchronous, sqliteCheckpoints: cfg.database.sqliteCheckpoints });
   try {
     await db.migrate();
-    return await applyProvisioning(db.kysely, parsed, systemClock, { terminalDigestKey: terminalDigestKey({ pepper: cfg.mqtt.terminalSecretPepper, tokenSigningKey: cfg.auth.tokenSigningKey }) });
+    return await applyProvisioning(db.kysely, parsed, systemClock, {
+      terminalDigestKey: terminalDigestKey({ pepper: cfg.mqtt.terminalSecretPepper, tokenSigningKey: cfg.auth.tokenSigningKey }),
+      log: { warn: (o, msg) => console.error(`locker-central: ${msg} (${JSON.stringify(o)})`) },
+    });
   } catch (e) {
     if (e instanceof ProvisioningError) fail(`${e.code}: ${e.message}`);
     throw e;

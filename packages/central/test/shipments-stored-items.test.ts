@@ -10,7 +10,7 @@ import pg from 'pg';
 import { createTestService, describeEngines, pgUrl, type TestService } from './support/harness';
 import { PUP_A1, PUP_A2, testSite } from './support/fixtures';
 import { addUser, booking, dropOff, ok, pickUp } from './shipments-helpers';
-import { ITEM_SQL, PAGE_JOINS, PG_ITEMS_VERSION, refreshShipmentItems, SHIPMENT_ITEM_TRIGGERS, SHIPMENT_ITEMS_WRITTEN, syncShipmentItems } from '../src/shipments/items';
+import { ITEM_SQL, PAGE_JOINS, PG_ITEMS_VERSION, REFRESH_LOCK_TIMEOUT_MS, refreshShipmentItems, SHIPMENT_ITEM_TRIGGERS, SHIPMENT_ITEMS_WRITTEN, syncShipmentItems } from '../src/shipments/items';
 import * as m206 from '../src/db/migrations/206_shipment_items';
 import * as m207 from '../src/db/migrations/207_shipment_items_pg';
 import { ShipmentItemRefresher } from '../src/shipments/item-refresh';
@@ -247,6 +247,21 @@ describeEngines('shipments: items kept in the row', (engine) => {
       expect(await stale()).toEqual([]);
       expect(await itemOf(ids[5]!)).toMatchObject({ description: 'door', bookedLockerName: 'RENAMED-2' });
       expect(waited).toBe(true);
+    });
+
+    it('a refresh that cannot get its lock within REFRESH_LOCK_TIMEOUT_MS leaves the names for the next round; writers are held that long at most', async () => {
+      await b.query('BEGIN');
+      await b.query('SELECT uid FROM shipments WHERE uid = $1 FOR UPDATE', [ids[5]]);
+      await a.query('UPDATE pups SET name = $1 WHERE uid = $2', ['Point Three', PUP_A2]);
+      const started = Date.now();
+      expect(await refreshShipmentItems(t.ctx.db.kysely)).toBe(0);
+      const waitedMs = Date.now() - started;
+      await b.query('COMMIT');
+      expect(await queued()).toBe(2);
+      expect(waitedMs).toBeGreaterThanOrEqual(REFRESH_LOCK_TIMEOUT_MS - 50);
+      expect(await refreshShipmentItems(t.ctx.db.kysely)).toBe(2);
+      expect(await stale()).toEqual([]);
+      expect((await itemOf(ids[5]!)).bookedPupName).toBe('Point Three');
     });
 
     it("an account's insert records nothing while no shipment names its uid; the worker writes what a change recorded", async () => {

@@ -16,7 +16,7 @@ import { AccountFailure } from './route';
 import { freeMailCode, splitMailCode } from './mail-code';
 import { emailKey, isUid, normCountry, normEmail, normLanguage, normPhone, normText, normUserName, parsePhone } from './validate';
 import { queryWords } from './search';
-import { refreshShipmentItems } from '../shipments/items';
+import { refreshShipmentItemsAfter } from '../shipments/items';
 
 type Q = Kysely<Database> | Transaction<Database>;
 export type AccountRow = Selectable<AccountsTable>;
@@ -757,7 +757,7 @@ export class AccountService {
       await trx.deleteFrom('accounts').where('uid', '=', row.uid).execute();
     });
     // PostgreSQL: the items of its past shipments no longer show its name (shipments/items.ts)
-    await refreshShipmentItems(this.db);
+    await refreshShipmentItemsAfter(this.db, this.log);
     this.log.info({ userUid, tenant: tenant.clientId }, 'account removed');
   }
 

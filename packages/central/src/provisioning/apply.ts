@@ -12,7 +12,7 @@ import { terminalSecretDigest, type DigestKey } from '../auth/terminal-secret-di
 import { ProvisioningFile, type ProvisioningInput } from './schema';
 import { findNul } from '../nul';
 import { freeMailCode } from '../accounts/mail-code';
-import { refreshShipmentItems } from '../shipments/items';
+import { refreshShipmentItemsAfter } from '../shipments/items';
 
 export class ProvisioningError extends Error {
   constructor(
@@ -83,6 +83,8 @@ export interface ProvisioningOptions {
    * to the scrypt hash. Absent: none is written (its logins use scrypt and store one later).
    */
   terminalDigestKey?: DigestKey | null;
+  /** where a failed refresh of shipment items after the change is told (it is left to the service's worker) */
+  log?: { warn: (o: object, msg: string) => void };
 }
 
 export async function applyProvisioning(db: Kysely<Database>, input: ProvisioningInput | ProvisioningFile, clock: Clock, opts: ProvisioningOptions = {}): Promise<ProvisioningReport> {
@@ -251,6 +253,6 @@ export async function applyProvisioning(db: Kysely<Database>, input: Provisionin
     }
   });
   // PostgreSQL: the items of the shipments that show a renamed point, locker or user (shipments/items.ts)
-  await refreshShipmentItems(db);
+  await refreshShipmentItemsAfter(db, opts.log ?? { warn: () => undefined });
   return report;
 }

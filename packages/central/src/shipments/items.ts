@@ -167,9 +167,14 @@ export async function syncShipmentItems(db: Kysely<any>): Promise<boolean> {
 // table before its trigger reads a name) and holds nothing another transaction waits for while it
 // waits; once it holds the lock no row of shipments is locked by anyone else, so its UPDATE waits
 // for nothing. A shipment written after it began reads the names after the change committed
-// (each statement of a PL/pgSQL function takes its own snapshot). Plain reads (GetShipments) go on
-// meanwhile: EXCLUSIVE lets ACCESS SHARE through. It runs after provisioning and RemoveAccount
-// (the ways a name changes), and every second on each instance for anything else.
+// (each statement of a PL/pgSQL function takes its own snapshot: this holds in READ COMMITTED,
+// the service's isolation level; a database whose default is REPEATABLE READ would keep old
+// names). Plain reads do not conflict with its lock (EXCLUSIVE admits ACCESS SHARE), but writers
+// queue behind it, and a reader may wait for a pooled connection they hold: it waits for its lock
+// at most REFRESH_LOCK_TIMEOUT_MS, then leaves the names to the next round. It runs after
+// provisioning and RemoveAccount (the ways a name changes), and every second on each instance.
+// A rename shown on many shipments (a dispatcher main account's user name is on every shipment
+// it booked) writes them all under the lock, as on SQLite (1.3-1.6 s per 100,000 there).
 // An account's insert (CreateOrGetAccount, often) records its uid only when a shipment already
 // names it (an account removed and made again under its uid).
 
@@ -233,17 +238,25 @@ const PG_ITEM_TRIGGERS: Record<string, [string, string]> = {
   ),
 };
 
-/** what a PostgreSQL store keeps as the version of its item code: a digest of every text above */
-export const PG_ITEMS_VERSION = createHash('sha256')
-  .update(JSON.stringify([PG_ITEM_FUNCTIONS, PG_ITEM_TRIGGERS, SHIPMENTS_ACTIVE_LOCKER_INDEX]))
-  .digest('hex')
-  .slice(0, 32);
+const digest = (v: unknown) => createHash('sha256').update(JSON.stringify(v)).digest('hex').slice(0, 32);
 
-/** whether this schema holds this code's item functions (their version comment) and all its item triggers */
+/** what a PostgreSQL store keeps as the version of its item code (a comment on shipment_item_write): a digest of every text above */
+export const PG_ITEMS_VERSION = digest([PG_ITEM_FUNCTIONS, PG_ITEM_TRIGGERS, SHIPMENTS_ACTIVE_LOCKER_INDEX]);
+
+/** each trigger's version (a comment on the trigger): a digest of its text */
+const PG_TRIGGER_VERSIONS: Record<string, string> = Object.fromEntries(Object.entries(PG_ITEM_TRIGGERS).map(([name, [, text]]) => [name, digest(text)]));
+
+/** this schema's item triggers and their version comments, and the functions' version */
+async function pgStored(db: Kysely<any>): Promise<{ version: string | null | undefined; triggers: Map<string, string | null> }> {
+  const { rows } = await sql<{ v: string | null }>`SELECT obj_description(p.oid, 'pg_proc') AS v FROM pg_proc p JOIN pg_namespace ns ON ns.oid = p.pronamespace WHERE p.proname = 'shipment_item_write' AND ns.nspname = current_schema()`.execute(db);
+  const { rows: triggers } = await sql<{ name: string; v: string | null }>`SELECT t.tgname AS name, obj_description(t.oid, 'pg_trigger') AS v FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE ns.nspname = current_schema() AND NOT t.tgisinternal AND t.tgname = ANY (${Object.keys(PG_ITEM_TRIGGERS)}::text[])`.execute(db);
+  return { version: rows[0]?.v, triggers: new Map(triggers.map((t) => [t.name, t.v])) };
+}
+
+/** whether this schema holds this code's item functions and every item trigger as this code writes it */
 async function pgInStep(db: Kysely<any>): Promise<boolean> {
-  const { rows } = await sql<{ v: string | null; n: number }>`SELECT (SELECT obj_description(p.oid, 'pg_proc') FROM pg_proc p JOIN pg_namespace ns ON ns.oid = p.pronamespace WHERE p.proname = 'shipment_item_write' AND ns.nspname = current_schema()) AS v,
-    (SELECT count(*)::int FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE ns.nspname = current_schema() AND NOT t.tgisinternal AND t.tgname = ANY (${Object.keys(PG_ITEM_TRIGGERS)}::text[])) AS n`.execute(db);
-  return rows[0]?.v === PG_ITEMS_VERSION && Number(rows[0]?.n) === Object.keys(PG_ITEM_TRIGGERS).length;
+  const { version, triggers } = await pgStored(db);
+  return version === PG_ITEMS_VERSION && Object.entries(PG_TRIGGER_VERSIONS).every(([name, v]) => triggers.get(name) === v);
 }
 
 /** PostgreSQL errors a lock wait may end in, after which the whole transaction is tried again */
@@ -263,28 +276,37 @@ async function withLockRetry<T>(db: Kysely<any>, fn: (trx: Kysely<any>) => Promi
 
 /**
  * PostgreSQL: as syncShipmentItems (inside migration 207's transaction: written there). When the
- * schema is not in step (pgInStep), one transaction takes an EXCLUSIVE lock on shipments first (instances starting together wait for each other;
- * no shipment is locked or written meanwhile), looks again, and writes functions, triggers, every
- * item and the version. Its DROP and CREATE TRIGGER lock the name tables too, after shipments: a
- * deadlock with a live transaction (an older instance's, in a rolling deploy) or a lock wait past
- * 30 s is tried again.
+ * schema is not in step (pgInStep), one transaction takes an EXCLUSIVE lock on shipments first
+ * (instances starting together wait for each other; no shipment is locked or written meanwhile),
+ * looks again, replaces the functions (no lock on a table), creates only the triggers that are
+ * missing or not this code's (CREATE TRIGGER locks its table against writers; DROP TRIGGER against
+ * readers too), and writes every item and the version. A lock wait that ends in a deadlock with a
+ * live transaction (an older instance's, in a rolling deploy), or lasts 30 s, is tried again.
  */
 async function syncPgShipmentItems(db: Kysely<any>): Promise<boolean> {
   if (db.isTransaction) return writePgShipmentItems(db);
   if (await pgInStep(db)) return false;
-  return withLockRetry(db, writePgShipmentItems);
+  return withLockRetry(db, async (trx) => {
+    // LOCAL: this transaction's own (a migration's transaction may hold other migrations)
+    await sql`SET LOCAL lock_timeout = '30s'`.execute(trx);
+    return writePgShipmentItems(trx);
+  });
 }
 
 /** syncPgShipmentItems' transaction (migration 207's, or its own) */
 async function writePgShipmentItems(trx: Kysely<any>): Promise<boolean> {
-  await sql`SET LOCAL lock_timeout = '30s'`.execute(trx);
   await sql`LOCK TABLE shipments IN EXCLUSIVE MODE`.execute(trx);
   if (await pgInStep(trx)) return false;
   await sql.raw(PG_REFRESH_TABLE).execute(trx);
-  for (const [name, [table]] of Object.entries(PG_ITEM_TRIGGERS)) await sql.raw(`DROP TRIGGER IF EXISTS ${name} ON ${table}`).execute(trx);
   await sql.raw(SHIPMENTS_ACTIVE_LOCKER_INDEX).execute(trx);
   for (const text of Object.values(PG_ITEM_FUNCTIONS)) await sql.raw(text).execute(trx);
-  for (const [, text] of Object.values(PG_ITEM_TRIGGERS)) await sql.raw(text).execute(trx);
+  const { triggers } = await pgStored(trx);
+  for (const [name, [table, text]] of Object.entries(PG_ITEM_TRIGGERS)) {
+    if (triggers.get(name) === PG_TRIGGER_VERSIONS[name]) continue;
+    if (triggers.has(name)) await sql.raw(`DROP TRIGGER ${name} ON ${table}`).execute(trx);
+    await sql.raw(text).execute(trx);
+    await sql.raw(`COMMENT ON TRIGGER ${name} ON ${table} IS '${PG_TRIGGER_VERSIONS[name]}'`).execute(trx);
+  }
   await sql.raw(`UPDATE shipments s SET item_json = ${pgItemOfRow}`).execute(trx);
   // every item is written: what was waiting to be refreshed is done
   await sql`DELETE FROM shipment_item_refresh`.execute(trx);
@@ -301,18 +323,41 @@ export async function refreshShipmentItems(db: Kysely<any>): Promise<number> {
   if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return 0;
   const { rows: any } = await sql`SELECT 1 FROM shipment_item_refresh LIMIT 1`.execute(db);
   if (!any.length) return 0;
-  return withLockRetry(db, async (trx) => {
-    await sql`LOCK TABLE shipments IN EXCLUSIVE MODE`.execute(trx);
-    const { rows } = await sql<{ kind: NameTable; uid: string }>`DELETE FROM shipment_item_refresh RETURNING kind, uid`.execute(trx);
-    for (const table of NAME_TABLES) {
-      const uids = [...new Set(rows.filter((r) => r.kind === table).map((r) => r.uid))];
-      if (!uids.length) continue;
-      // the uids as a parameter wherever the condition names them
-      const where = sql.join(pgWhereOf[table]('\u0000').split('\u0000').map((part) => sql.raw(part)), sql`${uids}::text[]`);
-      await sql`UPDATE shipments s SET item_json = ${sql.raw(pgItemOfRow)} WHERE ${where}`.execute(trx);
-    }
-    return rows.length;
-  });
+  try {
+    return await db.transaction().execute(async (trx) => {
+      // While it waits, writers of shipments queue behind it: it waits at most this long, and the
+      // names stay recorded for the next round (the worker's, a second later)
+      await sql.raw(`SET LOCAL lock_timeout = '${REFRESH_LOCK_TIMEOUT_MS}ms'`).execute(trx);
+      await sql`LOCK TABLE shipments IN EXCLUSIVE MODE`.execute(trx);
+      const { rows } = await sql<{ kind: NameTable; uid: string }>`DELETE FROM shipment_item_refresh RETURNING kind, uid`.execute(trx);
+      for (const table of NAME_TABLES) {
+        const uids = [...new Set(rows.filter((r) => r.kind === table).map((r) => r.uid))];
+        if (!uids.length) continue;
+        // the uids as a parameter wherever the condition names them
+        const where = sql.join(pgWhereOf[table]('\u0000').split('\u0000').map((part) => sql.raw(part)), sql`${uids}::text[]`);
+        await sql`UPDATE shipments s SET item_json = ${sql.raw(pgItemOfRow)} WHERE ${where}`.execute(trx);
+      }
+      return rows.length;
+    });
+  } catch (err) {
+    if (LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) return 0;
+    throw err;
+  }
+}
+
+/** how long a refresh waits for its lock on shipments before it leaves the names to the next round */
+export const REFRESH_LOCK_TIMEOUT_MS = 1000;
+
+/**
+ * refreshShipmentItems after a change that has committed (provisioning, RemoveAccount): a failure
+ * is only logged, the change stands and the worker writes the items a second later.
+ */
+export async function refreshShipmentItemsAfter(db: Kysely<any>, log: { warn: (o: object, msg: string) => void }): Promise<void> {
+  try {
+    await refreshShipmentItems(db);
+  } catch (err) {
+    log.warn({ err: (err as Error).message, code: (err as { code?: string }).code }, 'shipment items for changed names left to the refresh worker');
+  }
 }
 
 /** PostgreSQL: each item trigger's name and table, and the functions' names (migration 207's down()) */
