@@ -14,6 +14,7 @@ import { sql, type Kysely } from 'kysely';
 import type { AppContext, Worker } from '../context';
 import type { Database } from '../db/schema';
 import type { LockObservationsTable } from '../db/schema-edge';
+import { Periodic } from '../periodic';
 import type { Logger } from '../logger';
 import { toDbTime } from '../ids';
 import { registerScrapeMetric } from '../ops/metrics';
@@ -452,39 +453,27 @@ const graceMs = (ctx: Pick<AppContext, 'config'>) => ctx.config.edge.disagreemen
  */
 export class DisagreementMonitor implements Worker {
   readonly name = 'lock-disagreements';
-  private running = false;
-  private timer: NodeJS.Timeout | null = null;
-  private current: Promise<void> | null = null;
   private readonly log: Logger;
+  private readonly loop: Periodic;
 
   constructor(private readonly ctx: AppContext) {
     this.log = ctx.log.child({ ns: 'central.disagreements' });
+    this.loop = new Periodic(
+      () => this.ctx.config.edge.disagreementCheckSeconds * 1000,
+      () =>
+        this.check().then(
+          () => undefined,
+          (err) => this.log.error({ err: (err as Error).message }, 'looking for lock disagreements failed'),
+        ),
+    );
   }
 
   async start(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
-    this.schedule();
-  }
-
-  private schedule(): void {
-    if (!this.running) return;
-    this.timer = setTimeout(() => {
-      this.current = this.check()
-        .then(() => undefined)
-        .catch((err) => this.log.error({ err: (err as Error).message }, 'looking for lock disagreements failed'))
-        .finally(() => {
-          this.current = null;
-          this.schedule();
-        });
-    }, this.ctx.config.edge.disagreementCheckSeconds * 1000);
+    this.loop.start();
   }
 
   async stop(): Promise<void> {
-    this.running = false;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.current;
+    await this.loop.stop();
   }
 
   /** One look: returns the disagreements that appeared and those that are gone. */
