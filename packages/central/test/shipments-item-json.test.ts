@@ -1,5 +1,5 @@
 // GetShipments' items and GetLockers' / GetAvailableLockers' lockers are written as JSON by the
-// database (shipments/items.ts itemSql; SQLite keeps it in the row, test/shipments-stored-items.test.ts; pickup-points/queries.ts lockerItemSql) and go into the
+// database (shipments/items.ts itemSql; kept in the row on both engines, test/shipments-stored-items.test.ts; pickup-points/queries.ts lockerItemSql) and go into the
 // answer as they are. They must be, byte for byte, what the response serializer wrote from
 // the mapped object before: the schema's keys in its order, absent optional keys left out, every
 // string quoted as JSON.stringify quotes it. Both engines: the quoting of every code point, then

@@ -13,7 +13,7 @@ import type { z } from 'zod';
 /**
  * A value already written as JSON by its producer, who answers for it matching the schema at its
  * place: an object writer takes its text as it is (GetShipments' items and the locker pages'
- * lockers, written by SQL: shipments/items.ts, kept in the row on SQLite, and pickup-points/queries.ts).
+ * lockers, written by SQL: shipments/items.ts, kept in the row, and pickup-points/queries.ts).
  */
 export class JsonText {
   constructor(readonly text: string) {}

@@ -1,6 +1,8 @@
-// PostgreSQL: writes the items of the shipments that show a name changed by any other way than
-// provisioning or RemoveAccount (which refresh them themselves), every second (shipments/items.ts:
-// refreshShipmentItems). Nothing to do costs one small read.
+// PostgreSQL: writes the items of the shipments that show a changed name which provisioning or
+// RemoveAccount did not write themselves (a name changed by hand, an account made again under a
+// removed uid, a refresh that could not get its lock), every second (shipments/items.ts:
+// refreshShipmentItems). Nothing to do costs one small read. Rounds that find shipments busy are
+// told once they come ten in a row (the items stay stale while they do).
 import type { AppContext, Worker } from '../context';
 import type { Logger } from '../logger';
 import { Periodic } from '../periodic';
@@ -10,6 +12,8 @@ export class ShipmentItemRefresher implements Worker {
   readonly name = 'shipment-item-refresh';
   private readonly log: Logger;
   private readonly loop: Periodic;
+  /** rounds in a row that could not get the lock */
+  private busyRounds = 0;
 
   constructor(
     private readonly ctx: AppContext,
@@ -21,7 +25,12 @@ export class ShipmentItemRefresher implements Worker {
       () =>
         refreshShipmentItems(this.ctx.db.kysely).then(
           (n) => {
-            if (n) this.log.info({ names: n }, 'shipment items written for changed names');
+            if (n === 'busy') {
+              if (++this.busyRounds % 10 === 0) this.log.warn({ rounds: this.busyRounds }, 'shipment items for changed names wait: shipments busy');
+              return;
+            }
+            this.busyRounds = 0;
+            if (n) this.log.info({ recorded: n }, 'shipment items written for changed names');
           },
           (err) => this.log.error({ err: (err as Error).message, code: (err as { code?: string }).code }, 'writing shipment items for changed names failed'),
         ),

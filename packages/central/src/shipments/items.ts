@@ -23,7 +23,8 @@ const PAGE_COLS =
  * SQLite: 375-398 us of CPU per request before, 297-303 us after, in alternating runs). A row with
  * a stored address (our own writes store none) comes as its JSON array instead, mapped by toItem
  * as before: addresses are parsed leniently (parseAddress). On both engines it runs only in the
- * triggers and the syncs below, and the page reads the stored text (SQLite: 150 us against 655 us a page).
+ * triggers, the syncs and PostgreSQL's refresh below, and the page reads the stored text (SQLite:
+ * 150 us against 655 us a page).
  */
 function itemSql(engine: Engine): string {
   const q = (v: string) => jsonQuoteSql(engine, v);
@@ -68,7 +69,7 @@ export const ITEM_SQL: Record<Engine, string> = { sqlite: itemSql('sqlite'), pos
 // write the items of the shipments that show it).
 // The triggers are derived from ITEM_SQL: syncShipmentItems (run by migration 206 and after every
 // migration) writes them anew, and every item with them, whenever their text differs from this
-// code's. PostgreSQL keeps it the same way (below).
+// code's. PostgreSQL keeps it too, with the names' changes written after they commit (below).
 
 /** the item of the shipment with rowid `rowid` */
 const itemOf = (rowid: string) => `(SELECT ${ITEM_SQL.sqlite} FROM shipments s ${PAGE_JOINS} WHERE s.rowid = ${rowid})`;
@@ -172,7 +173,9 @@ export async function syncShipmentItems(db: Kysely<any>): Promise<boolean> {
 // names). Plain reads do not conflict with its lock (EXCLUSIVE admits ACCESS SHARE), but writers
 // queue behind it, and a reader may wait for a pooled connection they hold: it waits for its lock
 // at most REFRESH_LOCK_TIMEOUT_MS, then leaves the names to the next round. It runs after
-// provisioning and RemoveAccount (the ways a name changes), and every second on each instance.
+// provisioning and RemoveAccount (the ways the service changes a name), and every second on each
+// instance (the worker: a name changed by hand, an account made again under a removed uid, a refresh
+// that gave up).
 // A rename shown on many shipments (a dispatcher main account's user name is on every shipment
 // it booked) writes them all under the lock, as on SQLite (1.3-1.6 s per 100,000 there).
 // An account's insert (CreateOrGetAccount, often) records its uid only when a shipment already
@@ -307,19 +310,23 @@ async function writePgShipmentItems(trx: Kysely<any>): Promise<boolean> {
     await sql.raw(text).execute(trx);
     await sql.raw(`COMMENT ON TRIGGER ${name} ON ${table} IS '${PG_TRIGGER_VERSIONS[name]}'`).execute(trx);
   }
-  await sql.raw(`UPDATE shipments s SET item_json = ${pgItemOfRow}`).execute(trx);
-  // every item is written: what was waiting to be refreshed is done
+  // every item is written below: what was waiting to be refreshed is done. Taken first: a name
+  // changed while the UPDATE runs (its snapshot misses it; only a trigger created here locks the
+  // name tables) stays recorded for the next refresh
   await sql`DELETE FROM shipment_item_refresh`.execute(trx);
+  await sql.raw(`UPDATE shipments s SET item_json = ${pgItemOfRow}`).execute(trx);
   await sql.raw(`COMMENT ON FUNCTION shipment_item_write() IS '${PG_ITEMS_VERSION}'`).execute(trx);
   return true;
 }
 
 /**
  * PostgreSQL: writes the items that show a name changed since the last refresh (see above), in a
- * transaction of its own; returns how many changed names it wrote the items of. Nothing to do
- * costs one read. SQLite writes them in the name's own statement: 0.
+ * transaction of its own; returns how many recorded names it took (a rename records the old and
+ * the new uid's row: 2), or 'busy' when it could not get its lock within REFRESH_LOCK_TIMEOUT_MS
+ * (the names stay recorded). Nothing to do costs one read. SQLite writes them in the name's own
+ * statement: 0.
  */
-export async function refreshShipmentItems(db: Kysely<any>): Promise<number> {
+export async function refreshShipmentItems(db: Kysely<any>): Promise<number | 'busy'> {
   if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return 0;
   const { rows: any } = await sql`SELECT 1 FROM shipment_item_refresh LIMIT 1`.execute(db);
   if (!any.length) return 0;
@@ -340,7 +347,7 @@ export async function refreshShipmentItems(db: Kysely<any>): Promise<number> {
       return rows.length;
     });
   } catch (err) {
-    if (LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) return 0;
+    if (LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) return 'busy';
     throw err;
   }
 }
@@ -350,11 +357,12 @@ export const REFRESH_LOCK_TIMEOUT_MS = 1000;
 
 /**
  * refreshShipmentItems after a change that has committed (provisioning, RemoveAccount): a failure
- * is only logged, the change stands and the worker writes the items a second later.
+ * or a lock it could not get is only logged, the change stands and the worker writes the items a
+ * second later.
  */
 export async function refreshShipmentItemsAfter(db: Kysely<any>, log: { warn: (o: object, msg: string) => void }): Promise<void> {
   try {
-    await refreshShipmentItems(db);
+    if ((await refreshShipmentItems(db)) === 'busy') log.warn({ lockTimeoutMs: REFRESH_LOCK_TIMEOUT_MS }, 'shipment items for changed names left to the refresh worker (shipments busy)');
   } catch (err) {
     log.warn({ err: (err as Error).message, code: (err as { code?: string }).code }, 'shipment items for changed names left to the refresh worker');
   }
