@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto';
 import { type Kysely, PostgresAdapter, sql } from 'kysely';
 import { jsonArraySql, jsonQuoteSql, type Engine } from '../db/json-sql';
+import { runPgTransaction } from './tx';
 
 /** The names of an item come from these rows; `booked` names only while the shipment is active. */
 export const PAGE_JOINS = 'LEFT JOIN accounts fa ON fa.uid = s.from_user_uid LEFT JOIN accounts ta ON ta.uid = s.to_user_uid LEFT JOIN pups p ON p.uid = s.pup_uid LEFT JOIN lockers l ON l.uid = s.locker_uid';
@@ -262,20 +263,8 @@ async function pgInStep(db: Kysely<any>): Promise<boolean> {
   return version === PG_ITEMS_VERSION && Object.entries(PG_TRIGGER_VERSIONS).every(([name, v]) => triggers.get(name) === v);
 }
 
-/** PostgreSQL errors a lock wait may end in, after which the whole transaction is tried again */
-const LOCK_RETRY_CODES = new Set(['40P01' /* deadlock_detected */, '55P03' /* lock_not_available: lock_timeout */]);
-
-/** `fn` in a transaction of its own, tried again (up to 5 times) when a lock wait ends in a deadlock or lock_timeout */
-async function withLockRetry<T>(db: Kysely<any>, fn: (trx: Kysely<any>) => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await db.transaction().execute(fn);
-    } catch (err) {
-      if (attempt >= 5 || !LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) throw err;
-      await new Promise((r) => setTimeout(r, 100 * attempt));
-    }
-  }
-}
+/** PostgreSQL errors a lock wait may end in: a deadlock, or a wait past lock_timeout */
+const isLockWaitError = (e: unknown) => ['40P01' /* deadlock_detected */, '55P03' /* lock_not_available */].includes((e as { code?: string } | null)?.code ?? '');
 
 /**
  * PostgreSQL: as syncShipmentItems (inside migration 207's transaction: written there). When the
@@ -289,11 +278,15 @@ async function withLockRetry<T>(db: Kysely<any>, fn: (trx: Kysely<any>) => Promi
 async function syncPgShipmentItems(db: Kysely<any>): Promise<boolean> {
   if (db.isTransaction) return writePgShipmentItems(db);
   if (await pgInStep(db)) return false;
-  return withLockRetry(db, async (trx) => {
-    // LOCAL: this transaction's own (a migration's transaction may hold other migrations)
-    await sql`SET LOCAL lock_timeout = '30s'`.execute(trx);
-    return writePgShipmentItems(trx);
-  });
+  return runPgTransaction(
+    db,
+    async (trx) => {
+      // LOCAL: this transaction's own (a migration's transaction may hold other migrations)
+      await sql`SET LOCAL lock_timeout = '30s'`.execute(trx);
+      return writePgShipmentItems(trx);
+    },
+    { retryable: isLockWaitError, pauseMs: (attempt) => 100 * attempt },
+  );
 }
 
 /** syncPgShipmentItems' transaction (migration 207's, or its own) */
@@ -339,15 +332,13 @@ export async function refreshShipmentItems(db: Kysely<any>): Promise<number | 'b
       const { rows } = await sql<{ kind: NameTable; uid: string }>`DELETE FROM shipment_item_refresh RETURNING kind, uid`.execute(trx);
       for (const table of NAME_TABLES) {
         const uids = [...new Set(rows.filter((r) => r.kind === table).map((r) => r.uid))];
-        if (!uids.length) continue;
-        // the uids as a parameter wherever the condition names them
-        const where = sql.join(pgWhereOf[table]('\u0000').split('\u0000').map((part) => sql.raw(part)), sql`${uids}::text[]`);
-        await sql`UPDATE shipments s SET item_json = ${sql.raw(pgItemOfRow)} WHERE ${where}`.execute(trx);
+        // the uids as one parameter, named by the condition as changed.uids
+        if (uids.length) await sql`UPDATE shipments s SET item_json = ${sql.raw(pgItemOfRow)} FROM (SELECT ${uids}::text[] AS uids) AS changed WHERE ${sql.raw(pgWhereOf[table]('changed.uids'))}`.execute(trx);
       }
       return rows.length;
     });
   } catch (err) {
-    if (LOCK_RETRY_CODES.has((err as { code?: string }).code ?? '')) return 'busy';
+    if (isLockWaitError(err)) return 'busy';
     throw err;
   }
 }

@@ -4,7 +4,7 @@
 // together in the next transaction, each inside its own SAVEPOINT (a failing job rolls back only
 // its own writes and gets its own error), and every job is acknowledged only after the COMMIT
 // that made it durable. Jobs must only touch the database (no network waits inside).
-import type { Transaction } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
 import type { Db } from '../db/database';
 import type { Database } from '../db/schema';
 import { sqliteStatement } from './sqlq';
@@ -33,20 +33,34 @@ export function isRetryablePgError(e: unknown): boolean {
 
 export const PG_TX_ATTEMPTS = 5;
 
+/**
+ * `job` in a PostgreSQL transaction of its own, run again (up to PG_TX_ATTEMPTS in all) after an
+ * error `retryable` accepts (isRetryablePgError unless told), `pauseMs(attempt)` later. The job
+ * must leave nothing behind outside the database: a rolled-back attempt is simply run again.
+ */
+export async function runPgTransaction<DB, T>(
+  kysely: Kysely<DB>,
+  job: (trx: Transaction<DB>) => Promise<T>,
+  opts: { retryable?: (e: unknown) => boolean; pauseMs?: (attempt: number) => number; onRetry?: () => void } = {},
+): Promise<T> {
+  const retryable = opts.retryable ?? isRetryablePgError;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await kysely.transaction().execute(job);
+    } catch (e) {
+      if (attempt >= PG_TX_ATTEMPTS || !retryable(e)) throw e;
+      opts.onRetry?.();
+      await new Promise((r) => setTimeout(r, opts.pauseMs ? opts.pauseMs(attempt) : Math.random() * 5 * attempt));
+    }
+  }
+}
+
 export class PgTxRunner implements TxRunner {
   readonly stats = { retries: 0 };
   constructor(private readonly db: Db) {}
-  async run<T>(job: TxJob<T>): Promise<T> {
+  run<T>(job: TxJob<T>): Promise<T> {
     // Jobs only touch the database (see above), so a rolled-back attempt left nothing behind.
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.db.kysely.transaction().execute(job);
-      } catch (e) {
-        if (attempt >= PG_TX_ATTEMPTS || !isRetryablePgError(e)) throw e;
-        this.stats.retries++;
-        await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt));
-      }
-    }
+    return runPgTransaction(this.db.kysely, job, { onRetry: () => this.stats.retries++ });
   }
 }
 
