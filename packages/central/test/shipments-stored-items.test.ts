@@ -264,6 +264,93 @@ describeEngines('shipments: items kept in the row', (engine) => {
       expect((await itemOf(ids[5]!)).bookedPupName).toBe('Point Three');
     });
 
+    /** an older code's item function (what a store migrated by an older release holds): another item, still an object */
+    const olderFunction = async () => {
+      await a.query(`CREATE OR REPLACE FUNCTION shipment_item_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.item_json := '{"older":true}'; RETURN NEW; END $$`);
+      await a.query(`COMMENT ON FUNCTION shipment_item_write() IS 'older'`);
+    };
+
+    it("the sync waits for a shipment being written with the older code's function, then writes its item too", async () => {
+      await olderFunction();
+      await b.query('BEGIN');
+      await b.query('CREATE TEMP TABLE one_shipment ON COMMIT DROP AS SELECT * FROM shipments WHERE uid = $1', [ids[4]]);
+      await b.query(`UPDATE one_shipment SET uid = $1, reference_no = 'during the sync'`, ['f'.repeat(32)]);
+      // written by the older function: its item is the older one
+      await b.query('INSERT INTO shipments SELECT * FROM one_shipment');
+      const migrated = t.ctx.db.migrate();
+      const waited = await waitsOnShipments();
+      await b.query('COMMIT');
+      expect(await migrated).toEqual([SHIPMENT_ITEMS_WRITTEN]);
+      expect(await stale()).toEqual([]);
+      expect((await itemOf('f'.repeat(32))).referenceNo).toBe('during the sync');
+      expect(waited).toBe(true);
+    });
+
+    it('the sync under live traffic: shipments written and pages read all the while; every item right afterwards, every read answered', async () => {
+      await olderFunction();
+      let stop = false;
+      const written: number[] = [];
+      // a writer of its own connection: one shown column of the six shipments, over and over
+      const writer = (async () => {
+        for (let i = 0; !stop; i++) {
+          await b.query('UPDATE shipments SET description = $1 WHERE uid = $2', [`live ${i}`, ids[i % ids.length]]);
+          written.push(i);
+        }
+      })();
+      const statuses: number[] = [];
+      const reader = (async () => {
+        while (!stop) statuses.push((await t.post('/v1/Logistics/GetShipments', { pageNo: 1, pageSize: 100, activeShipments: true, sortBy: 'CreatedAsc' })).status);
+      })();
+      const until = async (n: number) => {
+        for (let i = 0; i < 500 && written.length < n; i++) await new Promise((r) => setTimeout(r, 10));
+      };
+      await until(20);
+      const before = written.length;
+      expect(await t.ctx.db.migrate()).toEqual([SHIPMENT_ITEMS_WRITTEN]);
+      await until(written.length + 20);
+      stop = true;
+      await Promise.all([writer, reader]);
+      expect(await stale()).toEqual([]);
+      expect(before).toBeGreaterThanOrEqual(20);
+      expect(written.length).toBeGreaterThanOrEqual(before + 20);
+      expect(statuses.length).toBeGreaterThan(0);
+      expect(statuses.every((s) => s === 200)).toBe(true);
+      const last = written.length - 1;
+      for (let j = 0; j < ids.length; j++) {
+        const i = last - ((last - j) % ids.length);
+        expect((await itemOf(ids[j]!)).description).toBe(`live ${i}`);
+      }
+    });
+
+    it('the worker tells shipments busy once ten rounds in a row could not get the lock, and writes the items once they are free', async () => {
+      const lines: { level: string; o: Record<string, unknown>; msg: string }[] = [];
+      const log: any = {};
+      for (const level of ['trace', 'debug', 'info', 'warn', 'error', 'fatal']) log[level] = (o: Record<string, unknown>, msg: string) => lines.push({ level, o, msg });
+      log.child = () => log;
+      await b.query('BEGIN');
+      await b.query('SELECT uid FROM shipments WHERE uid = $1 FOR UPDATE', [ids[5]]);
+      await a.query('UPDATE pups SET name = $1 WHERE uid = $2', ['Point Four', PUP_A2]);
+      const worker = new ShipmentItemRefresher({ ...t.ctx, log }, 5, 20);
+      await worker.start();
+      try {
+        for (let i = 0; i < 400 && !lines.some((l) => l.level === 'warn'); i++) await new Promise((r) => setTimeout(r, 10));
+        const warned = lines.filter((l) => l.level === 'warn');
+        expect(warned.length).toBeGreaterThan(0);
+        expect(warned[0]).toMatchObject({ o: { rounds: 10 }, msg: 'shipment items for changed names wait: shipments busy' });
+        expect(await queued()).toBe(2);
+        await b.query('COMMIT');
+        for (let i = 0; i < 400 && !lines.some((l) => l.level === 'info'); i++) await new Promise((r) => setTimeout(r, 10));
+      } finally {
+        await worker.stop();
+        await b.query('ROLLBACK').catch(() => undefined);
+      }
+      expect(lines.find((l) => l.level === 'info')).toMatchObject({ o: { recorded: 2 }, msg: 'shipment items written for changed names' });
+      expect(lines.filter((l) => l.level === 'error')).toEqual([]);
+      expect(await queued()).toBe(0);
+      expect(await stale()).toEqual([]);
+      expect((await itemOf(ids[5]!)).bookedPupName).toBe('Point Four');
+    });
+
     it("an account's insert records nothing while no shipment names its uid; the worker writes what a change recorded", async () => {
       const now = new Date().toISOString();
       await a.query('INSERT INTO accounts (uid, user_name, user_name_key, email_address, email_key, created_at, updated_at) VALUES ($1, $2, $2, $2, $2, $3, $3)', ['d'.repeat(32), 'new@example.test', now]);

@@ -6,7 +6,7 @@
 import type { AppContext, Worker } from '../context';
 import type { Logger } from '../logger';
 import { Periodic } from '../periodic';
-import { refreshShipmentItems } from './items';
+import { REFRESH_LOCK_TIMEOUT_MS, refreshShipmentItems } from './items';
 
 export class ShipmentItemRefresher implements Worker {
   readonly name = 'shipment-item-refresh';
@@ -18,12 +18,14 @@ export class ShipmentItemRefresher implements Worker {
   constructor(
     private readonly ctx: AppContext,
     everyMs = 1000,
+    /** how long a round waits for its lock on shipments (tests shorten it) */
+    lockTimeoutMs = REFRESH_LOCK_TIMEOUT_MS,
   ) {
     this.log = ctx.log.child({ ns: 'central.shipment-items' });
     this.loop = new Periodic(
       () => everyMs,
       () =>
-        refreshShipmentItems(this.ctx.db.kysely).then(
+        refreshShipmentItems(this.ctx.db.kysely, lockTimeoutMs).then(
           (n) => {
             if (n === 'busy') {
               if (++this.busyRounds % 10 === 0) this.log.warn({ rounds: this.busyRounds }, 'shipment items for changed names wait: shipments busy');

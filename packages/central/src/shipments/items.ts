@@ -315,11 +315,11 @@ async function writePgShipmentItems(trx: Kysely<any>): Promise<boolean> {
 /**
  * PostgreSQL: writes the items that show a name changed since the last refresh (see above), in a
  * transaction of its own; returns how many recorded names it took (a rename records the old and
- * the new uid's row: 2), or 'busy' when it could not get its lock within REFRESH_LOCK_TIMEOUT_MS
- * (the names stay recorded). Nothing to do costs one read. SQLite writes them in the name's own
- * statement: 0.
+ * the new uid's row: 2), or 'busy' when it could not get its lock within lockTimeoutMs
+ * (REFRESH_LOCK_TIMEOUT_MS; the names stay recorded). Nothing to do costs one read. SQLite writes
+ * them in the name's own statement: 0.
  */
-export async function refreshShipmentItems(db: Kysely<any>): Promise<number | 'busy'> {
+export async function refreshShipmentItems(db: Kysely<any>, lockTimeoutMs = REFRESH_LOCK_TIMEOUT_MS): Promise<number | 'busy'> {
   if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return 0;
   const { rows: any } = await sql`SELECT 1 FROM shipment_item_refresh LIMIT 1`.execute(db);
   if (!any.length) return 0;
@@ -327,7 +327,7 @@ export async function refreshShipmentItems(db: Kysely<any>): Promise<number | 'b
     return await db.transaction().execute(async (trx) => {
       // While it waits, writers of shipments queue behind it: it waits at most this long, and the
       // names stay recorded for the next round (the worker's, a second later)
-      await sql.raw(`SET LOCAL lock_timeout = '${REFRESH_LOCK_TIMEOUT_MS}ms'`).execute(trx);
+      await sql.raw(`SET LOCAL lock_timeout = '${Math.max(1, Math.floor(lockTimeoutMs))}ms'`).execute(trx);
       await sql`LOCK TABLE shipments IN EXCLUSIVE MODE`.execute(trx);
       const { rows } = await sql<{ kind: NameTable; uid: string }>`DELETE FROM shipment_item_refresh RETURNING kind, uid`.execute(trx);
       for (const table of NAME_TABLES) {
