@@ -9,6 +9,7 @@
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts /v1/PickupPoints/GetLockers '{"pageNo":1,"pageSize":50,"pupUid":"{pupUid}"}'
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_SECONDS=10 BENCH_PROFILE_OUT=/tmp/x.cpuprofile npx tsx ... GetAccount
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_PG_PIPELINES=0 npx tsx ... GetAccount   # every read from the pool (database.pgReadPipelines 0; default 2)
+//   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_POOL=16 npx tsx ... booking   # database.poolSize (default 10; the shipments bench uses 16)
 //   NODE_OPTIONS=--perf-basic-prof BENCH_PROFILE_PERF=1 npx tsx ... GetLockers   # no V8 profile: attach `perf record -g -p <pid>` (printed) for on-CPU time with the kernel's
 //
 // The read presets are bench/api.bench.ts's ENDPOINTS on the demo site (16 connections, as there);
@@ -112,7 +113,7 @@ const pgSchema = engine === 'postgres' ? `profile_${crypto.randomBytes(5).toStri
 const config = loadConfig({
   env: {},
   overrides: {
-    database: { url: engine === 'postgres' ? PG_URL : path.join(dir, 'central.db'), sqliteSynchronous: 'FULL', sqliteReadThreads: Number(process.env.BENCH_PROFILE_READ_THREADS ?? 1), pgReadPipelines: Number(process.env.BENCH_PROFILE_PG_PIPELINES ?? 2) },
+    database: { url: engine === 'postgres' ? PG_URL : path.join(dir, 'central.db'), sqliteSynchronous: 'FULL', ...(process.env.BENCH_PROFILE_POOL ? { poolSize: Number(process.env.BENCH_PROFILE_POOL) } : {}), sqliteReadThreads: Number(process.env.BENCH_PROFILE_READ_THREADS ?? 1), pgReadPipelines: Number(process.env.BENCH_PROFILE_PG_PIPELINES ?? 2) },
     log: { level: 'silent' },
     mqtt: { mode: 'off' },
     environment: 'staging',
