@@ -6,7 +6,7 @@
 import type { AppContext, Worker } from '../context';
 import type { Logger } from '../logger';
 import { Periodic } from '../periodic';
-import { REFRESH_LOCK_TIMEOUT_MS, refreshShipmentItems } from './items';
+import { checkRefreshLockTimeout, REFRESH_LOCK_TIMEOUT_MS, refreshShipmentItems } from './items';
 
 export class ShipmentItemRefresher implements Worker {
   readonly name = 'shipment-item-refresh';
@@ -21,6 +21,7 @@ export class ShipmentItemRefresher implements Worker {
     /** how long a round waits for its lock on shipments (tests shorten it) */
     lockTimeoutMs = REFRESH_LOCK_TIMEOUT_MS,
   ) {
+    checkRefreshLockTimeout(lockTimeoutMs);
     this.log = ctx.log.child({ ns: 'central.shipment-items' });
     this.loop = new Periodic(
       () => everyMs,

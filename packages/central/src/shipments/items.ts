@@ -320,6 +320,7 @@ async function writePgShipmentItems(trx: Kysely<any>): Promise<boolean> {
  * them in the name's own statement: 0.
  */
 export async function refreshShipmentItems(db: Kysely<any>, lockTimeoutMs = REFRESH_LOCK_TIMEOUT_MS): Promise<number | 'busy'> {
+  const timeoutMs = checkRefreshLockTimeout(lockTimeoutMs);
   if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return 0;
   const { rows: any } = await sql`SELECT 1 FROM shipment_item_refresh LIMIT 1`.execute(db);
   if (!any.length) return 0;
@@ -327,7 +328,7 @@ export async function refreshShipmentItems(db: Kysely<any>, lockTimeoutMs = REFR
     return await db.transaction().execute(async (trx) => {
       // While it waits, writers of shipments queue behind it: it waits at most this long, and the
       // names stay recorded for the next round (the worker's, a second later)
-      await sql.raw(`SET LOCAL lock_timeout = '${Math.max(1, Math.floor(lockTimeoutMs))}ms'`).execute(trx);
+      await sql.raw(`SET LOCAL lock_timeout = '${timeoutMs}ms'`).execute(trx);
       await sql`LOCK TABLE shipments IN EXCLUSIVE MODE`.execute(trx);
       const { rows } = await sql<{ kind: NameTable; uid: string }>`DELETE FROM shipment_item_refresh RETURNING kind, uid`.execute(trx);
       for (const table of NAME_TABLES) {
@@ -345,6 +346,12 @@ export async function refreshShipmentItems(db: Kysely<any>, lockTimeoutMs = REFR
 
 /** how long a refresh waits for its lock on shipments before it leaves the names to the next round */
 export const REFRESH_LOCK_TIMEOUT_MS = 1000;
+
+/** a refresh's lock timeout as given, a whole number of milliseconds from 1 (PostgreSQL reads 0 as no limit), or a RangeError */
+export function checkRefreshLockTimeout(ms: number): number {
+  if (!Number.isInteger(ms) || ms < 1 || ms > 2_147_483_647) throw new RangeError(`refresh lock timeout ${ms}: a whole number of milliseconds from 1`);
+  return ms;
+}
 
 /**
  * refreshShipmentItems after a change that has committed (provisioning, RemoveAccount): a failure
