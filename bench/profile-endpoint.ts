@@ -10,6 +10,7 @@
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_SECONDS=10 BENCH_PROFILE_OUT=/tmp/x.cpuprofile npx tsx ... GetAccount
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_PG_PIPELINES=0 npx tsx ... GetAccount   # every read from the pool (database.pgReadPipelines 0; default 2)
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_POOL=16 npx tsx ... booking   # database.poolSize (default 10; the shipments bench uses 16)
+//   BENCH_PROFILE_PERF=1 BENCH_PROFILE_GC=1 npx tsx ... shipments   # V8's GC pauses and the event loop's delay during the load
 //   NODE_OPTIONS=--perf-basic-prof BENCH_PROFILE_PERF=1 npx tsx ... GetLockers   # no V8 profile: attach `perf record -g -p <pid>` (printed) for on-CPU time with the kernel's
 //
 // The read presets are bench/api.bench.ts's ENDPOINTS on the demo site (16 connections, as there);
@@ -24,7 +25,10 @@
 // `(garbage collector)` are V8's own.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import http from 'node:http';
+import { AsyncLocalStorage } from 'node:async_hooks';
 import inspector from 'node:inspector/promises';
+import { monitorEventLoopDelay, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
 import os from 'node:os';
 import path from 'node:path';
 import Fastify from 'fastify';
@@ -37,6 +41,7 @@ import { applyProvisioning } from '../packages/central/src/provisioning/apply';
 import { toDbTime } from '../packages/central/src/ids';
 import type { AppContext } from '../packages/central/src/context';
 import { bookingBody, fill, provision } from './shipments.bench';
+import { pgTotalsStats } from '../packages/central/src/shipments/queries';
 import { ENDPOINTS } from './api.bench';
 import { demoTenant, load, type LoadRequest } from './support';
 
@@ -129,6 +134,41 @@ async function bareTarget(): Promise<Target> {
   return { url, connections: 16, headers: { 'content-type': 'application/json' }, requests: [{ method: 'POST', path: '/v1/Bare', body: JSON.stringify({ pageNo: 1, pageSize: 50, includeDetails: true }) }] };
 }
 
+// BENCH_PROFILE_GC=1 also times every request inside the server: from the 'request' event (its
+// head parsed) to the response's 'finish' (written to the socket), to set against the load
+// generator's latency (which adds the wait before the server reads the request and after it wrote)
+const serverMs: number[] = [];
+/** per request inside the server: head parsed -> the read called, the read, read -> res.end(), res.end() -> written */
+const phases = { before: [] as number[], read: [] as number[], after: [] as number[], flush: [] as number[] };
+const requestTimes = new AsyncLocalStorage<{ t0: number; readAt?: number; readDone?: number; endAt?: number }>();
+let timeRequests = false;
+if (process.env.BENCH_PROFILE_GC) {
+  const emit = http.Server.prototype.emit;
+  http.Server.prototype.emit = function (this: http.Server, event: string | symbol, ...args: unknown[]) {
+    if (event === 'request' && timeRequests) {
+      const times = { t0: performance.now() } as { t0: number; readAt?: number; readDone?: number; endAt?: number };
+      const res = args[1] as http.ServerResponse;
+      const end = res.end;
+      res.end = function (this: http.ServerResponse, ...a: unknown[]) {
+        times.endAt = performance.now();
+        return (end as (...x: unknown[]) => http.ServerResponse).apply(this, a);
+      } as typeof res.end;
+      res.once('finish', () => {
+        const t = performance.now();
+        serverMs.push(t - times.t0);
+        if (times.readAt !== undefined && times.readDone !== undefined && times.endAt !== undefined) {
+          phases.before.push(times.readAt - times.t0);
+          phases.read.push(times.readDone - times.readAt);
+          phases.after.push(times.endAt - times.readDone);
+          phases.flush.push(t - times.endAt);
+        }
+      });
+      return requestTimes.run(times, () => (emit as (...x: unknown[]) => boolean).apply(this, [event, ...args]));
+    }
+    return (emit as (...x: unknown[]) => boolean).apply(this, [event, ...args]);
+  } as typeof emit;
+}
+
 const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
 const ctx = await svc.start();
 try {
@@ -188,7 +228,66 @@ try {
     const w = await load({ url, connections: target.connections, duration: seconds, headers: target.headers, requests: target.requests });
     console.log(`${engine} ${what} run ${i}: ${Math.round(w.rps)} req/s, ${w.cpuUsPerReq.toFixed(1)} us CPU per request (non-2xx ${w.non2xx}, p99 ${w.p99} ms)`);
   }
+  // BENCH_PROFILE_GC=1: V8's pauses during the measured load (count, total and longest per kind)
+  // and the event loop's delay (how long a ready socket may wait for the loop): what a tail
+  // latency far above the median is made of
+  const gcs: PerformanceEntry[] = [];
+  const gcObserver = process.env.BENCH_PROFILE_GC ? new PerformanceObserver((l) => gcs.push(...l.getEntries())) : undefined;
+  gcObserver?.observe({ entryTypes: ['gc'] });
+  const loopDelay = gcObserver ? monitorEventLoopDelay({ resolution: 1 }) : undefined;
+  loopDelay?.enable();
+  timeRequests = Boolean(gcObserver);
+  const totals0 = engine === 'postgres' ? { ...pgTotalsStats(ctx.db) } : undefined;
+  const acquireMs: number[] = [];
+  if (gcObserver && ctx.db.pgRead) {
+    const orig = ctx.db.pgRead;
+    Object.defineProperty(ctx.db, 'pgRead', {
+      value: async (...a: Parameters<typeof orig>) => {
+        const times = requestTimes.getStore();
+        if (times && times.readAt === undefined) times.readAt = performance.now();
+        try {
+          return await orig(...a);
+        } finally {
+          if (times) times.readDone = performance.now();
+        }
+      },
+    });
+    const pool = ctx.db.pool!;
+    const connect = pool.connect.bind(pool);
+    (pool as unknown as { connect: unknown }).connect = (cb?: (...x: unknown[]) => void) => {
+      const t0 = performance.now();
+      if (cb) return connect((...x: unknown[]) => { acquireMs.push(performance.now() - t0); cb(...x); });
+      return connect().then((c) => { acquireMs.push(performance.now() - t0); return c; });
+    };
+  }
   const r = await load({ url, connections: target.connections, duration: seconds, headers: target.headers, requests: target.requests });
+  gcObserver?.disconnect();
+  loopDelay?.disable();
+  timeRequests = false;
+  if (gcObserver) {
+    const KINDS: Record<number, string> = { 1: 'scavenge', 2: 'mark-compact', 4: 'incremental marking', 8: 'weak callbacks', 16: 'minor mark-sweep' };
+    const byKind = new Map<string, number[]>();
+    for (const e of gcs) {
+      const kind = KINDS[((e as PerformanceEntry & { detail?: { kind?: number } }).detail)?.kind ?? 0] ?? 'other';
+      byKind.set(kind, [...(byKind.get(kind) ?? []), e.duration]);
+    }
+    for (const [kind, d] of byKind) console.log(`gc ${kind}: ${d.length} pauses, ${d.reduce((a, b) => a + b, 0).toFixed(0)} ms in all (${((100 * d.reduce((a, b) => a + b, 0)) / (seconds * 1000)).toFixed(1)} % of the load), longest ${Math.max(...d).toFixed(1)} ms`);
+    const ms = (ns: number) => (ns / 1e6).toFixed(1);
+    serverMs.sort((a, b) => a - b);
+    const at = (q: number) => (serverMs[Math.min(serverMs.length - 1, Math.floor(q * serverMs.length))] ?? 0).toFixed(1);
+    console.log(`inside the server (request head parsed -> answer written), ${serverMs.length} requests: p50 ${at(0.5)} ms, p90 ${at(0.9)} ms, p99 ${at(0.99)} ms, max ${at(1)} ms`);
+    for (const [name, arr] of [['head parsed -> read called', phases.before], ['the reads (pool wait, statements, rows)', phases.read], ['read done -> res.end()', phases.after], ['res.end() -> written', phases.flush], ['pool.connect wait', acquireMs]] as const) {
+      if (!arr.length) continue;
+      arr.sort((a, b) => a - b);
+      const q = (x: number) => (arr[Math.min(arr.length - 1, Math.floor(x * arr.length))] ?? 0).toFixed(1);
+      console.log(`${name}, ${arr.length}: p50 ${q(0.5)} ms, p90 ${q(0.9)} ms, p99 ${q(0.99)} ms, max ${q(1)} ms`);
+    }
+    if (totals0) {
+      const t = pgTotalsStats(ctx.db);
+      console.log(`GetShipments totals (PostgreSQL): ${t.counts - totals0.counts} counted, ${t.hits - totals0.hits} held under an unchanged snapshot`);
+    }
+    console.log(`event loop delay: p50 ${ms(loopDelay!.percentile(50))} ms, p99 ${ms(loopDelay!.percentile(99))} ms, max ${ms(loopDelay!.max)} ms`);
+  }
   const profile = session ? ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile : undefined;
   session?.disconnect();
   console.log(`${engine} ${what}${runs > 1 ? ` run ${runs}` : ''}: ${Math.round(r.rps)} req/s, ${r.cpuUsPerReq.toFixed(perf ? 1 : 0)} us CPU per request (non-2xx ${r.non2xx}, p50 ${r.p50} ms, p99 ${r.p99} ms) while profiling`);

@@ -1,36 +1,87 @@
 // Resolves a token's tenant, with a short cache: a token is checked on every call, tenants and
 // their PUP lists change only through provisioning.
+//
+// No principal older than TTL_MS is used. Under steady traffic no request waits for a lookup: once
+// an entry is older than REFRESH_MS, the next request starts a lookup in the background and is
+// answered from the entry, which the lookup then replaces. Concurrent lookups of one tenant are
+// one lookup. (With a plain TTL, every request arriving after the expiry looked the tenant up
+// itself, behind whatever held the store: on PostgreSQL under a GetShipments load of 64
+// connections, 1-2 % of requests waited 75 ms and more in the pool's queue every 2 s.)
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { TenantPrincipal } from '../context';
 
-const TTL_MS = 2000;
+export const TTL_MS = 2000;
+export const REFRESH_MS = 1000;
+
+interface Entry {
+  /** when the lookup that read it started: the rows are at least this recent */
+  at: number;
+  p: TenantPrincipal | null;
+}
 
 export class PrincipalCache {
-  private readonly cache = new Map<string, { at: number; p: TenantPrincipal | null }>();
-  constructor(private readonly db: Kysely<Database>) {}
+  private readonly cache = new Map<string, Entry>();
+  /** lookups under way, per tenant: every caller of get() meanwhile shares it */
+  private readonly inflight = new Map<string, Promise<TenantPrincipal | null>>();
+  /** bumped by clear(): a lookup started before it stores nothing */
+  private generation = 0;
+  /** lookups run (not served from the cache or joined): for tests and the profile */
+  lookups = 0;
 
-  /** The cached principal while fresh (null: no such tenant), undefined when get() must look. */
+  constructor(
+    private readonly db: Kysely<Database>,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /**
+   * The cached principal while fresh (null: no such tenant), undefined when get() must look. An
+   * entry past REFRESH_MS is still returned, and a lookup is started in the background.
+   */
   peek(tenantUid: string): TenantPrincipal | null | undefined {
     const hit = this.cache.get(tenantUid);
-    return hit && Date.now() - hit.at < TTL_MS ? hit.p : undefined;
+    if (!hit) return undefined;
+    const age = this.now() - hit.at;
+    if (age >= TTL_MS) return undefined;
+    if (age >= REFRESH_MS && !this.inflight.has(tenantUid)) {
+      // a failed background lookup changes nothing: the entry ages out and a request looks again
+      this.lookup(tenantUid).catch(() => {});
+    }
+    return hit.p;
   }
 
-  async get(tenantUid: string): Promise<TenantPrincipal | null> {
-    const hit = this.cache.get(tenantUid);
-    const now = Date.now();
-    if (hit && now - hit.at < TTL_MS) return hit.p;
+  get(tenantUid: string): Promise<TenantPrincipal | null> {
+    const p = this.peek(tenantUid);
+    if (p !== undefined) return Promise.resolve(p);
+    return this.inflight.get(tenantUid) ?? this.lookup(tenantUid);
+  }
+
+  private lookup(tenantUid: string): Promise<TenantPrincipal | null> {
+    const generation = this.generation;
+    const at = this.now();
+    this.lookups++;
+    const run: Promise<TenantPrincipal | null> = this.read(tenantUid)
+      .then((p) => {
+        if (generation === this.generation) this.cache.set(tenantUid, { at, p });
+        return p;
+      })
+      .finally(() => {
+        if (this.inflight.get(tenantUid) === run) this.inflight.delete(tenantUid);
+      });
+    this.inflight.set(tenantUid, run);
+    return run;
+  }
+
+  private async read(tenantUid: string): Promise<TenantPrincipal | null> {
     const t = await this.db.selectFrom('tenants').selectAll().where('uid', '=', tenantUid).executeTakeFirst();
-    let p: TenantPrincipal | null = null;
-    if (t) {
-      const pups = await this.db.selectFrom('tenant_pups').select('pup_uid').where('tenant_uid', '=', t.uid).execute();
-      p = { uid: t.uid, clientId: t.client_id, name: t.name, mainAccountUid: t.main_account_uid, pupUids: new Set(pups.map((r) => r.pup_uid)) };
-    }
-    this.cache.set(tenantUid, { at: now, p });
-    return p;
+    if (!t) return null;
+    const pups = await this.db.selectFrom('tenant_pups').select('pup_uid').where('tenant_uid', '=', t.uid).execute();
+    return { uid: t.uid, clientId: t.client_id, name: t.name, mainAccountUid: t.main_account_uid, pupUids: new Set(pups.map((r) => r.pup_uid)) };
   }
 
   clear(): void {
+    this.generation++;
     this.cache.clear();
+    this.inflight.clear();
   }
 }
