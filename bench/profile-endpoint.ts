@@ -252,7 +252,26 @@ try {
         }
       },
     });
-    const pool = ctx.db.pool!;
+  }
+  if (gcObserver && ctx.db.readPool) {
+    // SQLite: the page read in its thread (db/read-pool.ts), timed as the PostgreSQL reads are
+    const rp = ctx.db.readPool;
+    const page = rp.page.bind(rp);
+    rp.page = (req) => {
+      const times = requestTimes.getStore();
+      if (times && times.readAt === undefined) times.readAt = performance.now();
+      const r = page(req);
+      if (!r) {
+        if (times) times.readDone = performance.now();
+        return r;
+      }
+      return r.finally(() => {
+        if (times) times.readDone = performance.now();
+      });
+    };
+  }
+  if (gcObserver && ctx.db.pool) {
+    const pool = ctx.db.pool;
     const connect = pool.connect.bind(pool);
     (pool as unknown as { connect: unknown }).connect = (cb?: (...x: unknown[]) => void) => {
       const t0 = performance.now();
