@@ -237,7 +237,7 @@ try {
   const loopDelay = gcObserver ? monitorEventLoopDelay({ resolution: 1 }) : undefined;
   loopDelay?.enable();
   timeRequests = Boolean(gcObserver);
-  const totals0 = engine === 'postgres' ? { ...pgTotalsStats(ctx.db) } : undefined;
+  const totals0 = gcObserver && engine === 'postgres' ? { ...pgTotalsStats(ctx.db) } : undefined;
   const acquireMs: number[] = [];
   if (gcObserver && ctx.db.pgRead) {
     const orig = ctx.db.pgRead;

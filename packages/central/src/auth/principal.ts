@@ -4,9 +4,10 @@
 // No principal older than TTL_MS is used. Under steady traffic no request waits for a lookup: once
 // an entry is older than REFRESH_MS, the next request starts a lookup in the background and is
 // answered from the entry, which the lookup then replaces. Concurrent lookups of one tenant are
-// one lookup. (With a plain TTL, every request arriving after the expiry looked the tenant up
-// itself, behind whatever held the store: on PostgreSQL under a GetShipments load of 64
-// connections, 1-2 % of requests waited 75 ms and more in the pool's queue every 2 s.)
+// one lookup while it is younger than TTL_MS. (With a plain TTL, every request arriving after the
+// expiry looked the tenant up itself, behind whatever held the store: on PostgreSQL under a
+// GetShipments load of 64 connections, 1-2 % of requests waited 75 ms and more in the pool's
+// queue every 2 s.)
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
 import type { TenantPrincipal } from '../context';
@@ -22,8 +23,12 @@ interface Entry {
 
 export class PrincipalCache {
   private readonly cache = new Map<string, Entry>();
-  /** lookups under way, per tenant: every caller of get() meanwhile shares it */
-  private readonly inflight = new Map<string, Promise<TenantPrincipal | null>>();
+  /**
+   * lookups under way, per tenant, with when each started: a caller of get() meanwhile shares it
+   * while it is younger than TTL_MS (what it reads may be as old as its start); past that (a lookup
+   * held up in the store, or hung) a new one starts, so the bound holds and no tenant stays locked out
+   */
+  private readonly inflight = new Map<string, { at: number; run: Promise<TenantPrincipal | null> }>();
   /** bumped by clear(): a lookup started before it stores nothing */
   private generation = 0;
   /** lookups run (not served from the cache or joined): for tests and the profile */
@@ -31,7 +36,8 @@ export class PrincipalCache {
 
   constructor(
     private readonly db: Kysely<Database>,
-    private readonly now: () => number = Date.now,
+    // monotonic: a wall clock stepped back would keep entries longer
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
   /**
@@ -41,9 +47,10 @@ export class PrincipalCache {
   peek(tenantUid: string): TenantPrincipal | null | undefined {
     const hit = this.cache.get(tenantUid);
     if (!hit) return undefined;
-    const age = this.now() - hit.at;
+    const now = this.now();
+    const age = now - hit.at;
     if (age >= TTL_MS) return undefined;
-    if (age >= REFRESH_MS && !this.inflight.has(tenantUid)) {
+    if (age >= REFRESH_MS && !this.joinable(tenantUid, now)) {
       // a failed background lookup changes nothing: the entry ages out and a request looks again
       this.lookup(tenantUid).catch(() => {});
     }
@@ -53,7 +60,12 @@ export class PrincipalCache {
   get(tenantUid: string): Promise<TenantPrincipal | null> {
     const p = this.peek(tenantUid);
     if (p !== undefined) return Promise.resolve(p);
-    return this.inflight.get(tenantUid) ?? this.lookup(tenantUid);
+    return this.joinable(tenantUid, this.now())?.run ?? this.lookup(tenantUid);
+  }
+
+  private joinable(tenantUid: string, now: number): { at: number; run: Promise<TenantPrincipal | null> } | undefined {
+    const f = this.inflight.get(tenantUid);
+    return f && now - f.at < TTL_MS ? f : undefined;
   }
 
   private lookup(tenantUid: string): Promise<TenantPrincipal | null> {
@@ -62,13 +74,15 @@ export class PrincipalCache {
     this.lookups++;
     const run: Promise<TenantPrincipal | null> = this.read(tenantUid)
       .then((p) => {
-        if (generation === this.generation) this.cache.set(tenantUid, { at, p });
+        // not after a clear(), nor over what a later lookup already stored
+        const cur = this.cache.get(tenantUid);
+        if (generation === this.generation && (!cur || cur.at <= at)) this.cache.set(tenantUid, { at, p });
         return p;
       })
       .finally(() => {
-        if (this.inflight.get(tenantUid) === run) this.inflight.delete(tenantUid);
+        if (this.inflight.get(tenantUid)?.run === run) this.inflight.delete(tenantUid);
       });
-    this.inflight.set(tenantUid, run);
+    this.inflight.set(tenantUid, { at, run });
     return run;
   }
 
