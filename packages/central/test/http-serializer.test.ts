@@ -137,6 +137,7 @@ describe('compiled response serializer', () => {
     const asText = w({ ...data, items: elems.map((e) => new JsonText(e)) });
     expect(typeof asText).toBe('string');
     expect((out as Buffer).toString('utf8')).toBe(asText);
+    expect((out as Buffer).equals(Buffer.from(asText as string, 'utf8'))).toBe(true);
     expect(JSON.parse((out as Buffer).toString('utf8')).items).toEqual([{ a: 'Zoë ✓' }, { a: '😀 \u0000 escaped' }, { a: '' }]);
     // two in one answer, in their order; an empty one
     const two = w({ ...data, items: bytes(['{"a":"1"}']), other: bytes([]) }) as Buffer;
@@ -144,8 +145,22 @@ describe('compiled response serializer', () => {
     // a string holding NUL is escaped, never taken for a splice mark
     const nul = w({ ...data, name: 'a\u0000b', items: bytes(['{"a":"1"}']) }) as Buffer;
     expect(JSON.parse(nul.toString('utf8'))).toMatchObject({ name: 'a\u0000b', items: [{ a: '1' }] });
-    // an answer that does not fit its schema leaves no bytes behind for the next one
-    expect(w({ ...data, n: 'no', items: bytes(['{"a":"left"}']) })).toBeUndefined();
+    // a lone surrogate beside the bytes is escaped as JSON.stringify escapes it
+    const lone = w({ ...data, name: 'x\ud800', items: bytes(['{"a":"1"}']) }) as Buffer;
+    expect(lone.toString('utf8')).toBe(w({ ...data, name: 'x\ud800', items: [new JsonText('{"a":"1"}')] }));
+    // a raw NUL written by a producer (JsonText) would be taken for a mark: no answer, not a wrong one
+    expect(w({ ...data, other: [new JsonText('{"a":"\u0000"}')], items: bytes(['{"a":"1"}']) })).toBeUndefined();
+    // an answer written while another is (a getter): each splices its own bytes
+    const inner = () => w({ ...data, items: bytes(['{"a":"inner"}']) }) as Buffer;
+    const outer = w({
+      ...data,
+      items: bytes(['{"a":"outer"}']),
+      get name() {
+        return inner().toString('utf8').length > 0 ? 'outer' : 'none';
+      },
+    }) as Buffer;
+    expect(JSON.parse(outer.toString('utf8'))).toMatchObject({ name: 'outer', items: [{ a: 'outer' }] });
+    // a JsonArrayBytes outside a compiled answer's writer is no array
     expect(w({ ...data, items: [{ a: 'plain' }] })).toBe(JSON.stringify({ success: true, error: null, message: null, items: [{ a: 'plain' }], other: [{ a: 'x' }], name: 'Ünïcode "quoted"', n: 2 }));
     // fastify's serializer compiler passes the Buffer on
     expect(Buffer.isBuffer(serializerCompiler(args(s))({ ...data, items: bytes(elems) }))).toBe(true);

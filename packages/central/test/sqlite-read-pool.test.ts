@@ -113,13 +113,41 @@ describe('SQLite read threads', () => {
     }
   });
 
+  it('GetShipments over HTTP: the same bytes and headers from the thread (as bytes) as from the main connection', async () => {
+    const headers = { authorization: `Bearer ${await t.token()}`, 'content-type': 'application/json' };
+    for (const body of [
+      { pageNo: 1, pageSize: 100, activeShipments: true, sortBy: 'CreatedDesc' },
+      { pageNo: 1, pageSize: 2, activeShipments: false, shipmentState: ['Cancelled', 'ReadyForDropoff'], sortBy: 'ActivityAsc' },
+      { pageNo: 9, pageSize: 2, activeShipments: true },
+    ]) {
+      const reads = pool().stats.reads;
+      const threaded = await t.app.inject({ method: 'POST', url: '/v1/Logistics/GetShipments', payload: body, headers });
+      expect(pool().stats.reads, JSON.stringify(body)).toBe(reads + 1);
+      const page = pool().page;
+      pool().page = () => undefined; // no thread can take it: the main connection reads it
+      let main;
+      try {
+        main = await t.app.inject({ method: 'POST', url: '/v1/Logistics/GetShipments', payload: body, headers });
+      } finally {
+        pool().page = page;
+      }
+      expect(pool().stats.reads).toBe(reads + 1);
+      expect(threaded.statusCode).toBe(200);
+      expect(threaded.rawPayload.equals(main.rawPayload), JSON.stringify(body)).toBe(true);
+      for (const h of ['content-type', 'content-length']) expect(threaded.headers[h], h).toBe(main.headers[h]);
+    }
+  });
+
   it('a page with a row the database could not write as its item comes as rows, not bytes, and is mapped as before', async () => {
     const uid = (await t.ctx.db.kysely.selectFrom('shipments').select('uid').where('tenant_uid', '=', tenantUid).orderBy('created_at', 'desc').executeTakeFirstOrThrow()).uid;
     try {
       // a stored address (imported data): the row comes as its JSON array, mapped by toItem
       await sql`update shipments set from_address = ${JSON.stringify({ street: 'Main 1', city: 'Zoë' })} where uid = ${uid}`.execute(t.ctx.db.kysely);
       const main = await listShipments(mainOnly(), filter({ pageSize: 100 }));
+      const reads = pool().stats.reads;
       const r = await listShipments(t.ctx.db, filter({ pageSize: 100 }), true);
+      // read by the thread, which answered rows
+      expect(pool().stats.reads).toBe(reads + 1);
       expect(Array.isArray(r.items)).toBe(true);
       expect(r).toEqual(main);
       expect((r.items as unknown[]).find((i) => !(i instanceof JsonText))).toMatchObject({ shipmentUid: uid, fromAddress: { street: 'Main 1', city: 'Zoë' } });

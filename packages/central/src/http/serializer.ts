@@ -34,16 +34,16 @@ export class JsonArrayBytes {
 }
 
 /**
- * The JsonArrayBytes met while one answer is written, in the order written: the writer puts a NUL
- * where each goes (a NUL is never written raw otherwise: strings escape it, quoteJson and
- * JSON.stringify alike, and so do the databases' JSON functions for JsonText) and the answer's
- * writer splices the bytes in.
+ * The JsonArrayBytes met while the current answer is written, in the order written (null outside
+ * an answer's writer): the array writer puts a NUL where each goes (a NUL is never written raw
+ * otherwise: strings escape it, quoteJson and JSON.stringify alike, and so do the databases' JSON
+ * functions for JsonText) and the answer's writer splices the bytes in.
  */
-const splices: Uint8Array[] = [];
+let splices: Uint8Array[] | null = null;
 const SPLICE = '\u0000';
 
 /** the written answer with the bytes spliced in where their marks are, or undefined if the marks do not match */
-function spliced(s: string): Buffer | undefined {
+function spliced(s: string, splices: Uint8Array[]): Buffer | undefined {
   const parts = s.split(SPLICE);
   if (parts.length !== splices.length + 1) return undefined;
   let size = 0;
@@ -58,7 +58,8 @@ function spliced(s: string): Buffer | undefined {
       at += splices[i]!.byteLength;
     }
   }
-  return out;
+  // the byte counts and the bytes written agree (else no answer rather than uninitialised memory)
+  return at === size ? out : undefined;
 }
 
 /** returned by a compiled writer when the value is not what the schema says */
@@ -150,6 +151,7 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
       const el = compile(def.element!, true);
       return (v) => {
         if (v instanceof JsonArrayBytes) {
+          if (!splices) return MISMATCH;
           splices.push(v.bytes);
           return '[' + SPLICE + ']';
         }
@@ -211,13 +213,16 @@ export function compileResponseWriter(schema: z.ZodTypeAny): ((data: unknown) =>
     throw e;
   }
   return (data) => {
-    splices.length = 0;
+    // each answer its own list (a writer run inside another, from a getter, keeps them apart)
+    const outer = splices;
+    const mine: Uint8Array[] = [];
+    splices = mine;
     try {
       const s = w(data);
       if (s === MISMATCH || s === undefined) return undefined;
-      return splices.length === 0 ? s : spliced(s);
+      return mine.length === 0 ? s : spliced(s, mine);
     } finally {
-      splices.length = 0;
+      splices = outer;
     }
   };
 }
