@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { serializerCompiler as zodSerializerCompiler } from 'fastify-type-provider-zod';
-import { compileResponseWriter, JsonArrayBytes, JsonText, quoteJson, serializerCompiler } from '../src/http/serializer';
+import { compileResponseWriter, JsonText, quoteJson, serializerCompiler } from '../src/http/serializer';
 import { ErrorEnvelope, envelope, paged } from '../src/http/envelope';
 import { PickUpPoint, Locker, PupAvailability } from '../src/api/pickup-points';
 
@@ -124,45 +124,5 @@ describe('compiled response serializer', () => {
     expect(w({ items: [{ a: 'x' }, new JsonText('{"a":"from SQL"}'), { a: 'y' }], one: new JsonText('{"a":"z"}') })).toBe('{"items":[{"a":"x"},{"a":"from SQL"},{"a":"y"}],"one":{"a":"z"}}');
     // only in an object's place: a string field is not a JsonText's
     expect(w({ items: [], one: { a: new JsonText('"x"') } })).toBeUndefined();
-  });
-
-  it('splices a JsonArrayBytes in where an array goes: a Buffer of the same JSON, multi-byte characters on both sides', () => {
-    const s = envelope({ items: z.array(z.object({ a: z.string() })), other: z.array(z.object({ a: z.string() })), name: z.string(), n: z.number() });
-    const w = compileResponseWriter(s)!;
-    const elems = ['{"a":"Zoë ✓"}', '{"a":"😀 \\u0000 escaped"}', '{"a":""}'];
-    const bytes = (texts: string[]) => new JsonArrayBytes(new TextEncoder().encode(texts.join(',')), texts.length);
-    const data = { success: true, error: null, message: null, name: 'Ünïcode "quoted"', other: [{ a: 'x' }], n: 2 };
-    const out = w({ ...data, items: bytes(elems) });
-    expect(Buffer.isBuffer(out)).toBe(true);
-    const asText = w({ ...data, items: elems.map((e) => new JsonText(e)) });
-    expect(typeof asText).toBe('string');
-    expect((out as Buffer).toString('utf8')).toBe(asText);
-    expect((out as Buffer).equals(Buffer.from(asText as string, 'utf8'))).toBe(true);
-    expect(JSON.parse((out as Buffer).toString('utf8')).items).toEqual([{ a: 'Zoë ✓' }, { a: '😀 \u0000 escaped' }, { a: '' }]);
-    // two in one answer, in their order; an empty one
-    const two = w({ ...data, items: bytes(['{"a":"1"}']), other: bytes([]) }) as Buffer;
-    expect(JSON.parse(two.toString('utf8'))).toMatchObject({ items: [{ a: '1' }], other: [], name: 'Ünïcode "quoted"', n: 2 });
-    // a string holding NUL is escaped, never taken for a splice mark
-    const nul = w({ ...data, name: 'a\u0000b', items: bytes(['{"a":"1"}']) }) as Buffer;
-    expect(JSON.parse(nul.toString('utf8'))).toMatchObject({ name: 'a\u0000b', items: [{ a: '1' }] });
-    // a lone surrogate beside the bytes is escaped as JSON.stringify escapes it
-    const lone = w({ ...data, name: 'x\ud800', items: bytes(['{"a":"1"}']) }) as Buffer;
-    expect(lone.toString('utf8')).toBe(w({ ...data, name: 'x\ud800', items: [new JsonText('{"a":"1"}')] }));
-    // a raw NUL written by a producer (JsonText) would be taken for a mark: no answer, not a wrong one
-    expect(w({ ...data, other: [new JsonText('{"a":"\u0000"}')], items: bytes(['{"a":"1"}']) })).toBeUndefined();
-    // an answer written while another is (a getter): each splices its own bytes
-    const inner = () => w({ ...data, items: bytes(['{"a":"inner"}']) }) as Buffer;
-    const outer = w({
-      ...data,
-      items: bytes(['{"a":"outer"}']),
-      get name() {
-        return inner().toString('utf8').length > 0 ? 'outer' : 'none';
-      },
-    }) as Buffer;
-    expect(JSON.parse(outer.toString('utf8'))).toMatchObject({ name: 'outer', items: [{ a: 'outer' }] });
-    // a JsonArrayBytes outside a compiled answer's writer is no array
-    expect(w({ ...data, items: [{ a: 'plain' }] })).toBe(JSON.stringify({ success: true, error: null, message: null, items: [{ a: 'plain' }], other: [{ a: 'x' }], name: 'Ünïcode "quoted"', n: 2 }));
-    // fastify's serializer compiler passes the Buffer on
-    expect(Buffer.isBuffer(serializerCompiler(args(s))({ ...data, items: bytes(elems) }))).toBe(true);
   });
 });

@@ -48,16 +48,12 @@ export interface PageRead {
   params: unknown[];
   offset: number;
   size: number;
-  /** rows that are all JSON object texts come back as bytes (PageResult.bytes) */
-  bytes?: boolean;
 }
 
 export interface PageResult {
   total: number;
-  /** each row's one column (none when `bytes` holds them) */
+  /** each row's one column */
   rows: unknown[];
-  /** with PageRead.bytes, when every row was a JSON object: their UTF-8 text joined by commas, and how many */
-  bytes?: { data: Uint8Array; count: number };
   /** the total was counted by this read (not held from an earlier one under the same data) */
   counted: boolean;
 }
@@ -141,9 +137,6 @@ interface Answer {
   total?: number;
   rows?: unknown[];
   counted?: boolean;
-  /** 'page' with bytes: the rows' JSON texts joined by commas, and how many rows */
-  bytes?: Uint8Array;
-  count?: number;
   /** rows holds a BLOB (a Uint8Array here, to be made a Buffer) */
   blobs?: boolean;
   /** 'batch': each quick read's rows or error, in the order sent */
@@ -235,7 +228,7 @@ export class SqliteReadPool {
    * the thread failed the read or died with it: the caller reads it on its own connection then.
    */
   page(req: PageRead): Promise<PageResult> | undefined {
-    return this.send<PageResult>({ op: 'page', key: req.key, count: req.count, page: req.page, params: req.params, offset: req.offset, size: req.size, bytes: req.bytes === true }, (m) => ({ total: m.total!, rows: m.rows!, counted: m.counted!, ...(m.bytes ? { bytes: { data: m.bytes, count: m.count! } } : {}) }));
+    return this.send<PageResult>({ op: 'page', key: req.key, count: req.count, page: req.page, params: req.params, offset: req.offset, size: req.size }, (m) => ({ total: m.total!, rows: m.rows!, counted: m.counted! }));
   }
 
   /**

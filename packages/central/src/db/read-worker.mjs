@@ -83,9 +83,6 @@ function batch(m) {
   return { id: m.id, answers };
 }
 
-/** TextEncoder.encode: a buffer of its own each time (Buffer.from may hand out a slice of a shared pool, which cannot be moved) */
-const utf8 = new TextEncoder();
-
 /** totals counted under `version` (data_version), by key; any commit elsewhere drops them all */
 let version = -1;
 const totals = new Map();
@@ -107,11 +104,6 @@ function page(m) {
       totals.set(m.key, total);
     }
     const rows = total === 0 || m.offset >= total ? [] : statement(m.page).all([...m.params, m.size, m.offset]);
-    // `bytes`: rows that are all JSON objects (items written by SQLite) go back as one UTF-8 text,
-    // joined by commas, in a buffer of their own that is moved, not copied (JsonArrayBytes)
-    if (m.bytes && rows.length > 0 && rows.every((r) => typeof r === 'string' && r.charCodeAt(0) === 123 /* { */)) {
-      return { id: m.id, total, rows: [], counted, bytes: utf8.encode(rows.join(',')), count: rows.length };
-    }
     return marked({ id: m.id, total, rows, counted });
   } finally {
     commit.run();
@@ -159,8 +151,7 @@ parentPort.on('message', (m) => {
   if (m?.op !== 'page' && m?.op !== 'search' && m?.op !== 'all' && m?.op !== 'batch') return;
   try {
     // 'all': the rows of one statement (its own read transaction)
-    const out = m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : m.op === 'batch' ? batch(m) : marked({ id: m.id, rows: statement(m.text, 'object').all(m.params) });
-    parentPort.postMessage(out, out.bytes ? [out.bytes.buffer] : undefined);
+    parentPort.postMessage(m.op === 'page' ? page(m) : m.op === 'search' ? search(m) : m.op === 'batch' ? batch(m) : marked({ id: m.id, rows: statement(m.text, 'object').all(m.params) }));
   } catch (err) {
     parentPort.postMessage({ id: m.id, error: String(err?.message ?? err), code: err?.code ?? null });
   }

@@ -19,49 +19,6 @@ export class JsonText {
   constructor(readonly text: string) {}
 }
 
-/**
- * A JSON array's elements already written as UTF-8 bytes by their producer, joined by commas,
- * without the brackets (a GetShipments page of stored items from SQLite's read thread, read there
- * as bytes: the main thread neither receives the page as strings nor encodes it again). Taken by
- * the compiled writer of an array schema; the answer is then a Buffer.
- */
-export class JsonArrayBytes {
-  constructor(
-    readonly bytes: Uint8Array,
-    /** how many elements the bytes hold */
-    readonly length: number,
-  ) {}
-}
-
-/**
- * The JsonArrayBytes met while the current answer is written, in the order written (null outside
- * an answer's writer): the array writer puts a NUL where each goes (a NUL is never written raw
- * otherwise: strings escape it, quoteJson and JSON.stringify alike, and so do the databases' JSON
- * functions for JsonText) and the answer's writer splices the bytes in.
- */
-let splices: Uint8Array[] | null = null;
-const SPLICE = '\u0000';
-
-/** the written answer with the bytes spliced in where their marks are, or undefined if the marks do not match */
-function spliced(s: string, splices: Uint8Array[]): Buffer | undefined {
-  const parts = s.split(SPLICE);
-  if (parts.length !== splices.length + 1) return undefined;
-  let size = 0;
-  for (const p of parts) size += Buffer.byteLength(p);
-  for (const b of splices) size += b.byteLength;
-  const out = Buffer.allocUnsafe(size);
-  let at = 0;
-  for (let i = 0; i < parts.length; i++) {
-    at += out.write(parts[i]!, at);
-    if (i < splices.length) {
-      out.set(splices[i]!, at);
-      at += splices[i]!.byteLength;
-    }
-  }
-  // the byte counts and the bytes written agree (else no answer rather than uninitialised memory)
-  return at === size ? out : undefined;
-}
-
 /** returned by a compiled writer when the value is not what the schema says */
 const MISMATCH = Symbol('mismatch');
 type Writer = (v: unknown) => string | typeof MISMATCH;
@@ -150,11 +107,6 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
       if (def.checks?.length) throw new Unsupported('array checks');
       const el = compile(def.element!, true);
       return (v) => {
-        if (v instanceof JsonArrayBytes) {
-          if (!splices) return MISMATCH;
-          splices.push(v.bytes);
-          return '[' + SPLICE + ']';
-        }
         if (!Array.isArray(v)) return MISMATCH;
         let out = '[';
         for (let i = 0; i < v.length; i++) {
@@ -204,7 +156,7 @@ function compile(schema: z.ZodTypeAny, inArray = false): Writer {
  * The compiled writer of a zod response schema, or null when the schema holds something it does
  * not cover (then the zod parse + stringify serializes it).
  */
-export function compileResponseWriter(schema: z.ZodTypeAny): ((data: unknown) => string | Buffer | undefined) | null {
+export function compileResponseWriter(schema: z.ZodTypeAny): ((data: unknown) => string | undefined) | null {
   let w: Writer;
   try {
     w = compile(schema);
@@ -213,17 +165,8 @@ export function compileResponseWriter(schema: z.ZodTypeAny): ((data: unknown) =>
     throw e;
   }
   return (data) => {
-    // each answer its own list (a writer run inside another, from a getter, keeps them apart)
-    const outer = splices;
-    const mine: Uint8Array[] = [];
-    splices = mine;
-    try {
-      const s = w(data);
-      if (s === MISMATCH || s === undefined) return undefined;
-      return mine.length === 0 ? s : spliced(s, mine);
-    } finally {
-      splices = outer;
-    }
+    const s = w(data);
+    return s === MISMATCH || s === undefined ? undefined : s;
   };
 }
 
@@ -238,6 +181,5 @@ export function serializerCompiler(args: CompilerArgs): (data: unknown) => strin
   const schema = args.schema as unknown;
   const fast = schema && typeof schema === 'object' && '_zod' in schema ? compileResponseWriter(schema as z.ZodTypeAny) : null;
   if (!fast) return slow;
-  // a Buffer when bytes were spliced in (JsonArrayBytes): fastify sends a serializer's Buffer as it is
-  return (data) => (fast(data) ?? slow(data)) as string;
+  return (data) => fast(data) ?? slow(data);
 }

@@ -8,7 +8,7 @@ import { itemOrRow } from '../db/json-sql';
 import { registerPreparedStatement } from '../db/pg-prepared';
 import { rawStatement, SQLITE_LIMIT_OFFSET } from '../db/prepared-read';
 import { threadAnswer } from '../db/read-pool';
-import { JsonArrayBytes, type JsonText } from '../http/serializer';
+import type { JsonText } from '../http/serializer';
 import type { Database } from '../db/schema';
 import { toApiTime } from '../ids';
 import type { TypeCode } from './types';
@@ -317,14 +317,7 @@ export interface ShipmentListItem {
   bookedLockerName: string | null;
 }
 
-/**
- * A page of shipments and the total. `asBytes`: a page SQLite's read thread read as stored items
- * may come as their UTF-8 bytes (JsonArrayBytes, for the answer as it is); otherwise, and on
- * PostgreSQL, items.
- */
-export async function listShipments(db: Db, f: ShipmentFilter, asBytes?: false): Promise<{ totalItems: number; items: (ShipmentListItem | JsonText)[] }>;
-export async function listShipments(db: Db, f: ShipmentFilter, asBytes: boolean): Promise<{ totalItems: number; items: (ShipmentListItem | JsonText)[] | JsonArrayBytes }>;
-export async function listShipments(db: Db, f: ShipmentFilter, asBytes = false): Promise<{ totalItems: number; items: (ShipmentListItem | JsonText)[] | JsonArrayBytes }> {
+export async function listShipments(db: Db, f: ShipmentFilter): Promise<{ totalItems: number; items: (ShipmentListItem | JsonText)[] }> {
   const q = sqlOf(f);
   const params = filterParams(f);
   const offset = (f.pageNo - 1) * f.pageSize;
@@ -384,8 +377,7 @@ export async function listShipments(db: Db, f: ShipmentFilter, asBytes = false):
   if (pool) {
     // a read thread (db/read-pool.ts): the total and the page in one snapshot of committed rows,
     // off the event loop; a read it cannot serve is read below on the main connection
-    const read = await threadAnswer(pool.page({ key: shapeOf(f) + JSON.stringify(params), count: q.count, page: q.page, params, offset, size: f.pageSize, bytes: asBytes }));
-    if (read?.bytes) return { totalItems: read.total, items: new JsonArrayBytes(read.bytes.data, read.bytes.count) };
+    const read = await threadAnswer(pool.page({ key: shapeOf(f) + JSON.stringify(params), count: q.count, page: q.page, params, offset, size: f.pageSize }));
     if (read) return { totalItems: read.total, items: pageItems(read.rows.length, (i) => read.rows[i] as string) };
   }
   const sqlite = db.sqlite!;

@@ -58,8 +58,7 @@ export async function readRoutes(app: FastifyInstance, ctx: AppContext): Promise
             sortBy: b.sortBy ?? 'CreatedDesc',
             pageNo: b.pageNo,
             pageSize: b.pageSize,
-          }, true);
-          // items, or (SQLite's read thread) their bytes, spliced into the answer by the serializer (http/serializer.ts JsonArrayBytes)
+          });
           return { items: r.items as z.input<typeof S.ShipmentItem>[], ...pageInfo(b.pageNo, b.pageSize, r.totalItems) };
         },
       },
