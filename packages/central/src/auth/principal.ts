@@ -6,7 +6,7 @@
 // answered from the entry, which the lookup then replaces. Concurrent lookups of one tenant are
 // one lookup while it is younger than TTL_MS. (With a plain TTL, every request arriving after the
 // expiry looked the tenant up itself, behind whatever held the store: on PostgreSQL under a
-// GetShipments load of 64 connections, 1-2 % of requests waited 75 ms and more in the pool's
+// GetShipments load of 64 connections, about 1 % of requests waited 75 ms and more in the pool's
 // queue every 2 s.)
 import type { Kysely } from 'kysely';
 import type { Database } from '../db/schema';
