@@ -35,7 +35,8 @@
 // (first connects per second, 0 = all at once, the default), BENCH_FLEET_SYNC_TIMEOUT_S (how long to
 // wait for all in sync, 60 = the goal; the storm counts it on the fleet's clock, from its first connect),
 // BENCH_FLEET_TRACE (a file: every progress line with the broker's accept queue),
-// BENCH_FLEET_RESTART_NODE_ARGS (node options of the restarted node, e.g. --cpu-prof).
+// BENCH_FLEET_RESTART_NODE_ARGS (node options of the restarted node, e.g. --cpu-prof), BENCH_FLEET_LATENCIES=1
+// (every booking's latency to its terminal printed, sorted: where a p99 comes from).
 // Alone: npx tsx --conditions=@locker/source bench/run.ts fleet
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -430,6 +431,7 @@ async function latencyAndEvents(o: {
     lat.sort((a, b) => a - b);
     const latency = { n, bookings: answered.size, p50: percentile(lat, 50), p99: percentile(lat, 99), max: lat.length ? lat[lat.length - 1]! : null, lost: answered.size - lat.length, beforeAnswer: before, stormS };
     log(`booking -> code: ${JSON.stringify(latency)}`);
+    if (process.env.BENCH_FLEET_LATENCIES) log(`lat: ${JSON.stringify(lat)}`);
 
     // door events
     const stored0 = await o.countEvents();

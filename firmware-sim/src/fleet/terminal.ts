@@ -25,6 +25,7 @@ import {
   EventAck,
   LockersMessage,
   edgeTopics,
+  mqttNoDelay,
   parseMessage,
   type CodeEntry,
   type EdgeEventType,
@@ -166,6 +167,8 @@ export class SimTerminal {
       queueQoSZero: false,
       will: { topic: edgeTopics.up(id, 'status'), payload: Buffer.from(JSON.stringify({ v: 1, state: 'offline', terminalId: id, reason: 'connection-lost' })), qos: 1, retain: true },
     });
+    // as the agent (packages/agent/src/edge-link.ts): Nagle off
+    mqttNoDelay(c);
     this.client = c;
     c.on('connect', () => this.onConnect());
     c.on('close', () => this.onClose());

@@ -7,7 +7,7 @@
 import { EventEmitter } from 'node:events';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Logger } from 'pino';
-import { EventAck, edgeTopics, parseMessage, type StatusMessage } from '@locker/common';
+import { EventAck, edgeTopics, mqttNoDelay, parseMessage, type StatusMessage } from '@locker/common';
 import type { AgentStore, JournalRow } from './store';
 import { backoffDelay, describeFailure, type Refusal } from './reconnect';
 
@@ -185,6 +185,8 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
         retain: true,
       },
     });
+    // Nagle off: an event or an ack never waits behind an earlier unanswered packet (@locker/common mqtt-socket.ts)
+    mqttNoDelay(client);
     this.client = client;
     client.on('connect', () => {
       this.noteConnected();

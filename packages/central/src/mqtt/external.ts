@@ -17,6 +17,7 @@
 // (Mosquitto: max_inflight_messages, 20 by default); the event ingestion batches what they bring.
 import os from 'node:os';
 import mqtt, { type MqttClient } from 'mqtt';
+import { mqttNoDelay } from '@locker/common';
 import type { Logger } from '../logger';
 import { topicMatches, type Handler, type MessageBus, type SubscribeOptions } from './bus';
 
@@ -109,6 +110,8 @@ export class ExternalBroker implements MessageBus {
       cb?.(); // mqtt.js goes on with the next incoming packet
       this.flushAcks();
     };
+    // Nagle off: a push that follows a held PUBACK goes out at once (@locker/common mqtt-socket.ts)
+    mqttNoDelay(client);
     client.on('close', () => this.dropHeld());
     client.handleMessage = (packet, done) => {
       const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
