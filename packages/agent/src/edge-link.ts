@@ -185,7 +185,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
         retain: true,
       },
     });
-    // Nagle off: an event or an ack never waits behind an earlier unanswered packet (@locker/common mqtt-socket.ts)
+    // Nagle off: an event or an ack never waits behind an earlier unanswered packet (packages/common/src/mqtt-socket.ts)
     mqttNoDelay(client);
     this.client = client;
     client.on('connect', () => {

@@ -1,16 +1,22 @@
-// Nagle's algorithm off on MQTT connections (TCP_NODELAY).
+// Nagle's algorithm off on MQTT connections (TCP_NODELAY). The one place this is explained; the
+// docs and the tests (test-support/nagle.ts) point here.
 //
 // With Nagle on, a small write waits in the kernel while an earlier write on the same socket is not
-// yet acknowledged by the peer's TCP. A peer that has just answered something delays its TCP
-// acknowledgements (Linux: at least 40 ms) unless it has data of its own to send. MQTT writes
-// many small packets that get no answer (a PUBACK, a QoS 0 publish), and what follows one of them
-// within 40 ms waited for the delayed acknowledgement: with Mosquitto and two central instances,
-// 17 % of the code pushes after a booking (34 of 200) reached their terminal 39-55 ms after the
-// answer instead of 1-16 ms, held behind the PUBACK the instance had sent just before
-// (docs/benchmarks.md, the twenty-fifth session). mqtt.js and aedes leave the option at the
-// kernel's default; every MQTT socket of ours sets it: the central's client of an external broker,
-// the embedded broker's accepted sockets, the terminal agent's client and the fleet simulator's.
-// (Mosquitto's own sockets: `set_tcp_nodelay true` in deploy/mosquitto.conf.)
+// yet acknowledged by the peer's TCP. A peer that answers what it receives (an MQTT client or
+// broker sending PUBACKs) is taken by Linux for an interactive one, and its TCP then delays an
+// acknowledgement it has no data to carry on, until its delayed-ACK timer fires: up to about 40 ms
+// (Linux's minimum). MQTT writes many small packets that get no answer (a PUBACK, a QoS 0 publish),
+// and a packet that followed one of them within that time waited for the timer. With Mosquitto and
+// two central instances, 34 of 200 code pushes after a booking reached their terminal 39-55 ms
+// after the answer instead of 0-16 ms, held behind the PUBACK the instance had sent just before
+// (docs/benchmarks.md, "The twenty-fifth session's runs").
+//
+// mqtt.js and aedes leave TCP sockets at the kernel's default, so every MQTT socket of ours sets it:
+// the central's client of an external broker, the embedded broker's accepted sockets, the terminal
+// agent's client and the fleet simulator's; Mosquitto's own sockets by `set_tcp_nodelay true` in
+// deploy/mosquitto.conf. Over WebSockets the ws library already sets it on its socket. Through a
+// SOCKS proxy (mqtt.js's socksProxy option or MQTTJS_SOCKS_PROXY) the stream is not the socket and
+// the option cannot be set from here.
 
 interface NoDelaySocket {
   setNoDelay(noDelay?: boolean): unknown;
@@ -19,27 +25,25 @@ interface NoDelaySocket {
 /** the part of an mqtt.js client this needs: its current stream, replaced at every reconnect */
 export interface MqttClientLike {
   stream?: unknown;
-  on(event: 'connect', listener: () => void): unknown;
+  on(event: 'packetsend', listener: (packet: { cmd: string }) => void): unknown;
 }
 
 function setNoDelay(stream: unknown): void {
   const s = stream as Partial<NoDelaySocket> | undefined;
-  // TCP and TLS sockets; a WebSocket stream has no such option and is left as it is
+  // TCP and TLS sockets; a WebSocket or SOCKS stream has no such method (see above)
   if (s && typeof s.setNoDelay === 'function') s.setNoDelay(true);
 }
 
 /**
- * TCP_NODELAY on the client's socket now (the option is kept until the socket connects) and on
- * every later one: mqtt.js builds a new stream at each reconnect, and before its CONNACK nothing
- * but the CONNECT is written on it.
+ * TCP_NODELAY on the client's socket now (mqtt.connect() has built it; the option is kept until it
+ * connects) and on every later one: mqtt.js builds a new stream at each reconnect and writes its
+ * CONNECT first, so the option is set before anything else goes out on it (the outgoing store's
+ * replay, the PUBACKs of a resumed session's backlog, which come before mqtt.js's 'connect' event).
  */
 export function mqttNoDelay<C extends MqttClientLike>(client: C): C {
   setNoDelay(client.stream);
-  client.on('connect', () => setNoDelay(client.stream));
+  client.on('packetsend', (packet) => {
+    if (packet.cmd === 'connect') setNoDelay(client.stream);
+  });
   return client;
-}
-
-/** TCP_NODELAY on a socket a broker accepted (the embedded broker's `net.Server`s). */
-export function socketNoDelay(socket: NoDelaySocket): void {
-  socket.setNoDelay(true);
 }

@@ -3,7 +3,6 @@
 // topics (topics.ts). The central service itself publishes and subscribes in-process.
 import net from 'node:net';
 import { Aedes, type AedesPublishPacket, type Client } from 'aedes';
-import { socketNoDelay } from '@locker/common';
 import { indexRetained, type RetainedIndex, type RetainedPersistence } from './retained-index';
 import type { Kysely } from 'kysely';
 import type { Db } from '../db/database';
@@ -258,8 +257,8 @@ export class EmbeddedBroker implements MessageBus {
     this.retained = indexRetained((broker as unknown as { persistence: RetainedPersistence }).persistence);
     this.broker = broker;
     const onConnection = (socket: net.Socket) => {
-      // Nagle off: a message to a terminal never waits for its acknowledgement of the one before (@locker/common mqtt-socket.ts)
-      socketNoDelay(socket);
+      // Nagle off: a message to a terminal never waits for its acknowledgement of the one before (packages/common/src/mqtt-socket.ts)
+      socket.setNoDelay(true);
       const client = broker.handle(socket as never) as Client;
       this.limitPacketSize(client, socket);
     };

@@ -110,7 +110,7 @@ export class ExternalBroker implements MessageBus {
       cb?.(); // mqtt.js goes on with the next incoming packet
       this.flushAcks();
     };
-    // Nagle off: a push that follows a held PUBACK goes out at once (@locker/common mqtt-socket.ts)
+    // Nagle off: a push that follows a held PUBACK goes out at once (packages/common/src/mqtt-socket.ts)
     mqttNoDelay(client);
     client.on('close', () => this.dropHeld());
     client.handleMessage = (packet, done) => {
