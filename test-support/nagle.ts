@@ -9,7 +9,8 @@
 import net from 'node:net';
 import { Aedes } from 'aedes';
 import type { MqttClient } from 'mqtt';
-import { expect } from 'vitest';
+import { edgeTopics } from '@locker/common';
+import { afterAll, describe, expect, it } from 'vitest';
 
 export interface NagleProbe {
   /** sends one message over the hop under test; resolves once the sender is done with it */
@@ -112,4 +113,28 @@ export async function startArrivalBroker(): Promise<{ url: string; arrivals: Arr
       await new Promise<void>((r) => server.close(() => r()));
     },
   };
+}
+
+/**
+ * One suite for every terminal-side client (the agent's link, the fleet simulator's terminal): the
+ * client connects to a broker that notes arrivals, and what it sends after an unanswered packet
+ * must not wait for the broker's delayed acknowledgement.
+ */
+export function terminalClientSuite(name: string, start: (url: string, terminalId: string) => Promise<{ client: MqttClient; stop(): Promise<void> | void }>): void {
+  describe(`${name}: a packet is not held behind an unanswered one`, () => {
+    const cleanups: (() => Promise<void> | void)[] = [];
+    afterAll(async () => {
+      for (const c of cleanups.reverse()) await c();
+    });
+
+    it('B reaches the broker right after A (no 40 ms wait for the acknowledgement of A)', async () => {
+      const broker = await startArrivalBroker();
+      cleanups.push(() => broker.stop());
+      const id = 'term-nodelay';
+      const t = await start(broker.url, id);
+      cleanups.push(() => t.stop());
+      // the terminal's own events topic (no central service reads it here)
+      expectNotHeld(await gapsBehindUnansweredPacket(clientProbe(t.client, edgeTopics.up(id, 'events'), broker.arrivals)));
+    }, 30_000);
+  });
 }
