@@ -4,7 +4,7 @@
 // acknowledgements it has no data for), then A (QoS 0: nothing answers it) and B in the next turn of
 // the event loop. With Nagle on at the sending socket, B waits in the kernel until A is
 // acknowledged, which the receiver delays by up to about 40 ms; with TCP_NODELAY, B follows A at
-// once. Checked on this machine's kernel: without the option 40-44 ms between A and B in every round
+// once. Checked on this machine's kernel: without the option 40-48 ms between A and B in every round
 // (bare Node and each hop below), with it 0-2 ms.
 import net from 'node:net';
 import { Aedes } from 'aedes';
