@@ -4,7 +4,7 @@
 // (bench/edge-ingest-load.mjs: mqtt.js clients speaking the edge protocol). Not part of
 // `npm run bench`; run by hand, wrapped in the bench lock on shared machines:
 //
-//   flock /tmp/bench.lock npx tsx --conditions=@locker/source bench/edge-ingest.ts [--terminals 500] [--lockers 16] [--window 32] [--seconds 60] [--profile out.cpuprofile] [--engine postgres]
+//   flock /tmp/bench.lock npx tsx --conditions=@locker/source bench/edge-ingest.ts [--terminals 500] [--lockers 16] [--window 32] [--seconds 60] [--profile out.cpuprofile] [--engine postgres [--sql]]
 //
 // --engine postgres: the store is PostgreSQL at LOCKER_TEST_PG_URL (default 127.0.0.1:5432, database
 // test), in a schema of its own that is dropped afterwards.
@@ -34,6 +34,7 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
@@ -50,6 +51,7 @@ const { values } = parseArgs({
     profile: { type: 'string' },
     log: { type: 'string', default: 'silent' },
     engine: { type: 'string', default: 'sqlite' },
+    sql: { type: 'boolean', default: false },
   },
 });
 const N = Number(values.terminals);
@@ -93,6 +95,22 @@ const config = loadConfig({
     http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 },
   },
 });
+// --sql (PostgreSQL): every statement the service sends while the terminals publish (pg's
+// Client.query), counted per 1,000 acknowledged events: the round trips an event costs
+const pgQueries = new Map<string, number>();
+let countQueries = false;
+if (values.sql && pgSchema) {
+  const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
+  const orig = proto.query;
+  proto.query = function (this: unknown, ...a: unknown[]) {
+    if (countQueries) {
+      const q = a[0] as string | { text?: string };
+      const text = typeof q === 'string' ? q : (q?.text ?? '?');
+      pgQueries.set(text, (pgQueries.get(text) ?? 0) + 1);
+    }
+    return orig.apply(this, a);
+  };
+}
 const svc = new CentralService({ config, log: createLogger({ level: values.log as 'silent' }), pgSchema });
 const ctx = await svc.start();
 const k = ctx.db.kysely;
@@ -179,6 +197,7 @@ try {
       const m = JSON.parse(line) as Record<string, number | string>;
       if (m.phase === 'connected') {
         cpu0 = process.cpuUsage();
+        countQueries = true;
         elu0 = performance.eventLoopUtilization();
         wall0 = performance.now();
         if (values.profile) {
@@ -198,6 +217,7 @@ try {
     }
   });
   await done;
+  countQueries = false;
   const cpu = process.cpuUsage(cpu0 ?? undefined);
   const elu = performance.eventLoopUtilization(elu0 ?? undefined);
   const wallMs = performance.now() - wall0;
@@ -255,6 +275,11 @@ try {
     ingest: (ctx.workers.find((w) => w.name === 'edge-sync') as unknown as { ingest?: { stats: unknown } } | undefined)?.ingest?.stats ?? null,
   };
   console.log(JSON.stringify(result));
+  if (values.sql && pgSchema) {
+    const all = [...pgQueries.values()].reduce((a, b) => a + b, 0);
+    console.error(`\nstatements sent while publishing: ${all} (${((all * 1000) / Math.max(1, total)).toFixed(0)} per 1,000 acknowledged events; those still being applied included)`);
+    for (const [text, n] of [...pgQueries].sort((x, y) => y[1] - x[1]).slice(0, 25)) console.error(`${((n * 1000) / Math.max(1, total)).toFixed(0).padStart(6)}   ${text.replace(/\s+/g, ' ').slice(0, 150)}`);
+  }
   const ok = ev.length >= total && unprocessed === 0 && dup.length === 0 && cursorMismatch === 0 && notApplied === 0;
   console.error(ok ? 'verified: every acknowledged event stored and applied once, in order' : 'VERIFICATION FAILED');
   if (!ok) process.exitCode = 1;

@@ -38,7 +38,7 @@ import { shipmentService } from '../shipments/service';
 import { rawQuery, sqliteStatement } from '../shipments/sqlq';
 import { isRetryablePgError, type Trx } from '../shipments/tx';
 import { doorTime } from './clock';
-import { recordObservationWith, type ObsExec } from './observations';
+import { ObservationBatch, recordObservationWith, type ObsExec } from './observations';
 
 /** at most this many events in one store transaction */
 const STORE_MAX = 1000;
@@ -560,9 +560,13 @@ export class EventIngest {
       strays = pending.filter((r) => r.journal_id == null || r.seq === 1);
     };
     await read();
+    // without a savepoint per event, what the events say about the locks is written once per
+    // locker when the advance ends (ObservationBatch); with savepoints, event by event (an event
+    // rolled back to its savepoint takes its observation with it)
+    const observations = savepoints ? null : new ObservationBatch(exec, this.log);
     const apply = (row: PendingRow) => {
       done.add(row.event_id);
-      return this.processIn(trx, exec, terminalId, row, cur, after, savepoints, stored);
+      return this.processIn(trx, exec, terminalId, row, cur, after, savepoints, stored, observations);
     };
     for (let guard = 0; guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
@@ -638,6 +642,15 @@ export class EventIngest {
       }
       break;
     }
+    if (observations) {
+      try {
+        await observations.flush();
+      } catch (err) {
+        // as an event's own failure without savepoints (processIn): run again, or with savepoints
+        if (isRetryablePgError(err)) throw err;
+        throw new RedoWithSavepoints(err);
+      }
+    }
     await finishStored();
     if (applied !== start.applied || journal !== start.journal || gapSince !== start.gap) {
       const r = await exec(
@@ -665,7 +678,7 @@ export class EventIngest {
    * event runs inside a SAVEPOINT, so a failure undoes its writes alone; without, a failure
    * throws RedoWithSavepoints and the batch runs again with them (applyBatch).
    */
-  private async processIn(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, savepoints: boolean, stored: string[]): Promise<boolean> {
+  private async processIn(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, savepoints: boolean, stored: string[], observations: ObservationBatch | null): Promise<boolean> {
     // 'stored' is written with the advance's others (advanceIn), once the event went through: an
     // event rolled back to its savepoint is not among them
     let isStored = false;
@@ -675,7 +688,7 @@ export class EventIngest {
     };
     if (savepoints) await this.savepoint(trx, 'begin');
     try {
-      const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish);
+      const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish, observations);
       if (savepoints) await this.savepoint(trx, 'release');
       if (isStored) stored.push(row.event_id);
       after.applied++;
@@ -701,11 +714,11 @@ export class EventIngest {
     }
   }
 
-  private async processOne(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, finish: (outcome: string) => Promise<void>): Promise<boolean> {
+  private async processOne(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, finish: (outcome: string) => Promise<void>, observations: ObservationBatch | null): Promise<boolean> {
     const pup = cur.pup_uid;
     if (row.type !== 'dropOff' && row.type !== 'pickUp') {
       // the lock's observed state (edge/observations.ts)
-      if (pup) await recordObservationWith(exec, this.log, terminalId, pup, row);
+      if (pup) await (observations ? observations.record(terminalId, pup, row) : recordObservationWith(exec, this.log, terminalId, pup, row));
       await finish('stored');
       return true;
     }
