@@ -95,10 +95,15 @@ const config = loadConfig({
     http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 },
   },
 });
-// --sql (PostgreSQL): every statement the service sends while the terminals publish (pg's
-// Client.query), counted per 1,000 acknowledged events: the round trips an event costs
+// --sql (PostgreSQL): the queries the service sends while the terminals publish (pg's
+// Client.query calls: round trips, nearly; a text of two statements counts once, the read
+// pipelines' queries are not counted), per 1,000 acknowledged events
 const pgQueries = new Map<string, number>();
 let countQueries = false;
+if (values.sql && !pgSchema) {
+  console.error('--sql counts PostgreSQL queries: use it with --engine postgres');
+  process.exit(2);
+}
 if (values.sql && pgSchema) {
   const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
   const orig = proto.query;
@@ -277,7 +282,7 @@ try {
   console.log(JSON.stringify(result));
   if (values.sql && pgSchema) {
     const all = [...pgQueries.values()].reduce((a, b) => a + b, 0);
-    console.error(`\nstatements sent while publishing: ${all} (${((all * 1000) / Math.max(1, total)).toFixed(0)} per 1,000 acknowledged events; those still being applied included)`);
+    console.error(`\nqueries sent while publishing: ${all} (${((all * 1000) / Math.max(1, total)).toFixed(0)} per 1,000 acknowledged events; those still being applied included)`);
     for (const [text, n] of [...pgQueries].sort((x, y) => y[1] - x[1]).slice(0, 25)) console.error(`${((n * 1000) / Math.max(1, total)).toFixed(0).padStart(6)}   ${text.replace(/\s+/g, ' ').slice(0, 150)}`);
   }
   const ok = ev.length >= total && unprocessed === 0 && dup.length === 0 && cursorMismatch === 0 && notApplied === 0;

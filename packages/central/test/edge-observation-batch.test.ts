@@ -138,6 +138,8 @@ describeEngines('lock observations: one write per locker for an advance of a ter
       stored(6, 'boardOffline', { bus: l1!.bus, board: l1!.board_address }),
       stored(7, 'doorOpened', { bus: 'bus9', board: 0, lock: 1, lockerUid: null, item: null }), // no locker sits there
       stored(5, 'itemRemoved', named(l1!)), // older than what the row holds: changes nothing
+      // a lockerUid no locker of the point has: found by its bus, board and lock
+      stored(8, 'doorOpened', { ...named(l2!), lockerUid: 'f'.repeat(32), item: false }),
     ];
     const uids = lockers.filter((l) => l.bus === l1!.bus && l.board_address === l1!.board_address).map((l) => l.uid);
     uids.push(l2!.uid);
@@ -158,6 +160,7 @@ describeEngines('lock observations: one write per locker for an advance of a ter
     expect(batched.rows).toEqual(one.rows);
     // l1's row: three events (one by the lock alone), then the board's
     expect(batched.rows[0]).toMatchObject({ door: 'closed', item: 1, seq: 6, board_offline_at: events[5]!.at });
+    expect(batched.rows.at(-1)).toMatchObject({ door: 'open', item: 0, seq: 8, jammed_at: null });
     // nothing written before the flush; then one write per locker that changed
     expect(batched.beforeFlush.writes).toBe(0);
     expect(batched.counted.writes).toBe(new Set(uids).size);
@@ -171,6 +174,7 @@ describeEngines('lock observations: one write per locker for an advance of a ter
     const earlier = new Date(t.clock.now().getTime() - 60_000).toISOString();
     const result = await rolledBack(async (trx) => {
       const { exec, counted } = counting(trx);
+      await sql`DELETE FROM lock_observations WHERE locker_uid = ${l.uid}`.execute(trx);
       // the row as the batch reads it: an earlier observation of this terminal
       await recordObservationWith(exec, log, 'term-a1', PUP_A1, stored(1, 'doorClosed', { ...lock, item: false }, earlier));
       const batch = new ObservationBatch(exec, log);

@@ -338,18 +338,25 @@ export async function recordObservationWith(exec: ObsExec, log: Logger, terminal
  * event) say about their locks, kept in memory and written once per locker when the advance ends
  * (flush), inside the same transaction: a drop-off or pick-up session reports its door and item
  * two to four times on one lock, and on PostgreSQL every read and every write of a row was a round
- * trip (about 1,060 of the 3,450 statements per 1,000 door events, bench/edge-ingest.ts --sql).
- * A locker's row is read once, with the first event about it; the events then move its observation
- * in memory (observe, in order); flush writes each changed one by compare-and-set on the row as
- * read, or, when another writer changed it meanwhile, applies the advance's events to the row it
- * finds (applyToLocker): the row ends as the events one by one would have left it. Nothing in the
- * advance's transaction reads lock_observations in between.
+ * trip (about 1,060 of the 3,450 queries per 1,000 events of bench/edge-ingest.ts, --sql).
+ * A locker's row is taken from the first read that finds it (one read per way an event names its
+ * lock: by uid, by bus/board/lock, a board); the events then move its observation in memory
+ * (observe, in order); flush writes each changed one by compare-and-set on the row as read, or,
+ * when another writer changed it meanwhile, applies the advance's events to the row it finds
+ * (applyToLocker): the row ends as the events one by one would have left it. Nothing else in the
+ * advance's transaction reads lock_observations (the door transitions do not). A long advance is
+ * written every FLUSH_EVENTS events.
  */
+/** how many events an ObservationBatch holds before it writes them (the memory of a long advance) */
+const FLUSH_EVENTS = 2000;
+
 export class ObservationBatch {
   /** per locker: its row as read, what the events made of it, and the events about it */
   private readonly lockers = new Map<string, { read: LockerObserved; pupUid: string; state: LockObservation | null; changed: boolean; events: ObservedEvent[] }>();
   /** the lockers a way of naming them found (lockersOf's statement and values) */
   private readonly named = new Map<string, string[]>();
+  /** events recorded since the last flush */
+  private held = 0;
 
   constructor(
     private readonly exec: ObsExec,
@@ -360,7 +367,9 @@ export class ObservationBatch {
   async record(terminalId: string, pupUid: string, row: StoredEventRow): Promise<void> {
     const fields = observedFields(row);
     if (!fields) return;
-    const key = JSON.stringify([pupUid, BOARD_TYPES.has(row.type), fields.lockerUid, fields.bus, fields.board, fields.lock]);
+    // what lockersOf reads (a number as its text: JSON would write Infinity as null)
+    const text = (v: unknown, type: 'string' | 'number') => (typeof v === type ? String(v) : null);
+    const key = JSON.stringify([pupUid, BOARD_TYPES.has(row.type), text(fields.lockerUid, 'string'), text(fields.bus, 'string'), text(fields.board, 'number'), text(fields.lock, 'number')]);
     let uids = this.named.get(key);
     if (!uids) {
       const found = await lockersOf(this.exec, pupUid, row.type, fields);
@@ -382,14 +391,17 @@ export class ObservationBatch {
         l.changed = true;
       }
     }
+    if (++this.held >= FLUSH_EVENTS) await this.flush();
   }
 
   /** writes every locker the recorded events changed; the batch is empty afterwards */
   async flush(): Promise<void> {
     const now = new Date().toISOString();
-    const lockers = [...this.lockers.values()];
+    // in the order of their uids: two transactions writing the same lockers lock them in one order
+    const lockers = [...this.lockers.values()].sort((a, b) => (a.read.uid < b.read.uid ? -1 : a.read.uid > b.read.uid ? 1 : 0));
     this.lockers.clear();
     this.named.clear();
+    this.held = 0;
     for (const l of lockers) if (l.changed) await applyToLocker(this.exec, l.read, l.pupUid, l.events, now, l.state);
   }
 }
