@@ -333,6 +333,9 @@ export async function recordObservationWith(exec: ObsExec, log: Logger, terminal
   for (const l of lockers) await applyToLocker(exec, l, pupUid, [ev], now);
 }
 
+/** how many events an ObservationBatch holds before it writes them (the memory of a long advance) */
+const FLUSH_EVENTS = 2000;
+
 /**
  * What the events of one advance of a terminal (edge/ingest.ts, a batch without a savepoint per
  * event) say about their locks, kept in memory and written once per locker when the advance ends
@@ -347,9 +350,6 @@ export async function recordObservationWith(exec: ObsExec, log: Logger, terminal
  * advance's transaction reads lock_observations (the door transitions do not). A long advance is
  * written every FLUSH_EVENTS events.
  */
-/** how many events an ObservationBatch holds before it writes them (the memory of a long advance) */
-const FLUSH_EVENTS = 2000;
-
 export class ObservationBatch {
   /** per locker: its row as read, what the events made of it, and the events about it */
   private readonly lockers = new Map<string, { read: LockerObserved; pupUid: string; state: LockObservation | null; changed: boolean; events: ObservedEvent[] }>();
