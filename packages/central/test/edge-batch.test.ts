@@ -16,7 +16,7 @@ import { createTestService, describeEngines, type TestService } from './support/
 import { waitFor } from './support/wait';
 import { connectScriptedTerminal, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1, PUP_A2, PUP_B1 } from './support/fixtures';
-import { addUser, booking, ok } from './shipments-helpers';
+import { addUser, bookedAtLock } from './shipments-helpers';
 import type { EdgeSync } from '../src/edge/sync';
 
 describeEngines('edge events: one batch of several terminals and journals', (engine) => {
@@ -61,12 +61,8 @@ describeEngines('edge events: one batch of several terminals and journals', (eng
     await sync.ingest.idle();
   };
   const shipment = async () => {
-    const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
-    const row = await db().selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
-    const locker = await db().selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
-    const codeId = async (usage: string) => (await db().selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', usage).where('valid', '=', 1).executeTakeFirstOrThrow()).uid;
-    const lock = { lockerUid: locker.uid, bus: locker.bus, board: locker.board_address, lock: locker.lock_number };
-    return { uid, lock, dropOff: { sessionId: crypto.randomUUID(), shipmentUid: uid, codeId: await codeId('DropOff'), ...lock, item: true }, pickUp: { sessionId: crypto.randomUUID(), shipmentUid: uid, codeId: await codeId('PickUp'), ...lock, item: false } };
+    const { uid, lock, dropOffCode, pickUpCode } = await bookedAtLock(t, user);
+    return { uid, lock, dropOff: { sessionId: crypto.randomUUID(), shipmentUid: uid, codeId: dropOffCode, ...lock, item: true }, pickUp: { sessionId: crypto.randomUUID(), shipmentUid: uid, codeId: pickUpCode, ...lock, item: false } };
   };
   const history = async (uid: string) => (await db().selectFrom('shipment_transitions').select(['to_state', 'cause']).where('shipment_uid', '=', uid).orderBy('seq').execute()).map((r) => `${r.to_state}/${r.cause}`);
   const cursor = async (id: string) => {

@@ -11,7 +11,7 @@ import { EventMessage, parseMessage } from '@locker/common';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { connectScriptedTerminal, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
-import { addUser, booking, ok } from './shipments-helpers';
+import { addUser, bookedAtLock } from './shipments-helpers';
 import { createLogger } from '../src/logger';
 import { ObservationBatch, recordObservationWith, type ObsExec, type StoredEventRow } from '../src/edge/observations';
 import type { EdgeSync } from '../src/edge/sync';
@@ -52,14 +52,7 @@ describeEngines('lock observations: one write per locker for an advance of a ter
 
   const writes = async () => Number((await sql<{ n: number }>`SELECT n FROM obs_writes`.execute(db())).rows[0]!.n);
   const obs = (lockerUid: string) => db().selectFrom('lock_observations').selectAll().where('locker_uid', '=', lockerUid).executeTakeFirst();
-  const shipment = async () => {
-    const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
-    const row = await db().selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
-    const locker = await db().selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
-    const codeId = async (usage: string) => (await db().selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', usage).where('valid', '=', 1).executeTakeFirstOrThrow()).uid;
-    const lock = { lockerUid: locker.uid, bus: locker.bus, board: locker.board_address, lock: locker.lock_number };
-    return { uid, lock, dropOffCode: await codeId('DropOff'), pickUpCode: await codeId('PickUp') };
-  };
+  const shipment = () => bookedAtLock(t, user);
 
   it('a drop-off and a pick-up session in one batch: the locker row written once, as the events one by one leave it, the shipment picked up', async () => {
     const s = await shipment();

@@ -93,3 +93,18 @@ export async function lockerOf(t: TestService, shipmentUid: string): Promise<str
 export async function transitions(t: TestService, shipmentUid: string) {
   return t.ctx.db.kysely.selectFrom('shipment_transitions').selectAll().where('shipment_uid', '=', shipmentUid).orderBy('seq').execute();
 }
+
+/**
+ * A shipment booked for `user` (CreateLocalShipment), with its locker as a terminal event names
+ * it (lockerUid, bus, board, lock) and the ids of its valid drop-off and pick-up codes, as door
+ * events carry them (codeId).
+ */
+export async function bookedAtLock(t: TestService, user: string): Promise<{ uid: string; lock: { lockerUid: string; bus: string; board: number; lock: number }; dropOffCode: string; pickUpCode: string }> {
+  const db = t.ctx.db.kysely;
+  const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
+  const row = await db.selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
+  const locker = await db.selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
+  const codeId = async (usage: string) => (await db.selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', usage).where('valid', '=', 1).executeTakeFirstOrThrow()).uid;
+  const lock = { lockerUid: locker.uid, bus: locker.bus, board: locker.board_address, lock: locker.lock_number };
+  return { uid, lock, dropOffCode: await codeId('DropOff'), pickUpCode: await codeId('PickUp') };
+}
