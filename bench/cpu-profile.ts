@@ -60,3 +60,23 @@ export async function dropPgSchema(url: string, schema: string | undefined): Pro
   await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
   await c.end();
 }
+
+/**
+ * Counts the queries the process sends to PostgreSQL through pg's Client.query (nearly its round
+ * trips: a text of two statements counts once; the read pipelines, which queue on the client
+ * directly, are not counted), by text, while `on` is true. Patches pg's Client for the process.
+ */
+export function countPgQueries(): { counts: Map<string, number>; on: boolean } {
+  const counter = { counts: new Map<string, number>(), on: true };
+  const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
+  const orig = proto.query;
+  proto.query = function (this: unknown, ...a: unknown[]) {
+    if (counter.on) {
+      const q = a[0] as string | { text?: string };
+      const text = typeof q === 'string' ? q : (q?.text ?? '?');
+      counter.counts.set(text, (counter.counts.get(text) ?? 0) + 1);
+    }
+    return orig.apply(this, a);
+  };
+  return counter;
+}

@@ -23,7 +23,7 @@
 // count, every drop-off and pick-up applied (outcome `...:applied:...`) and the shipments in the
 // states the events lead to. With --profile, a CPU profile of the central process (node
 // inspector) over the run, summarised by area as bench/profile-endpoint.ts does.
-import { summariseProfile, dropPgSchema, type Profile } from './cpu-profile';
+import { countPgQueries, summariseProfile, dropPgSchema, type Profile } from './cpu-profile';
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -34,7 +34,6 @@ import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
@@ -95,27 +94,14 @@ const config = loadConfig({
     http: { host: '127.0.0.1', port: 0, rateLimitPerMinute: 0, unauthenticatedRateLimitPerMinute: 0 },
   },
 });
-// --sql (PostgreSQL): the queries the service sends while the terminals publish (pg's
-// Client.query calls: round trips, nearly; a text of two statements counts once, the read
-// pipelines' queries are not counted), per 1,000 acknowledged events
-const pgQueries = new Map<string, number>();
-let countQueries = false;
+// --sql (PostgreSQL): the queries the service sends while the terminals publish (countPgQueries),
+// per 1,000 acknowledged events
 if (values.sql && !pgSchema) {
   console.error('--sql counts PostgreSQL queries: use it with --engine postgres');
   process.exit(2);
 }
-if (values.sql && pgSchema) {
-  const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
-  const orig = proto.query;
-  proto.query = function (this: unknown, ...a: unknown[]) {
-    if (countQueries) {
-      const q = a[0] as string | { text?: string };
-      const text = typeof q === 'string' ? q : (q?.text ?? '?');
-      pgQueries.set(text, (pgQueries.get(text) ?? 0) + 1);
-    }
-    return orig.apply(this, a);
-  };
-}
+const pgQueries = values.sql ? countPgQueries() : null;
+if (pgQueries) pgQueries.on = false;
 const svc = new CentralService({ config, log: createLogger({ level: values.log as 'silent' }), pgSchema });
 const ctx = await svc.start();
 const k = ctx.db.kysely;
@@ -202,7 +188,7 @@ try {
       const m = JSON.parse(line) as Record<string, number | string>;
       if (m.phase === 'connected') {
         cpu0 = process.cpuUsage();
-        countQueries = true;
+        if (pgQueries) pgQueries.on = true;
         elu0 = performance.eventLoopUtilization();
         wall0 = performance.now();
         if (values.profile) {
@@ -222,7 +208,7 @@ try {
     }
   });
   await done;
-  countQueries = false;
+  if (pgQueries) pgQueries.on = false;
   const cpu = process.cpuUsage(cpu0 ?? undefined);
   const elu = performance.eventLoopUtilization(elu0 ?? undefined);
   const wallMs = performance.now() - wall0;
@@ -280,10 +266,10 @@ try {
     ingest: (ctx.workers.find((w) => w.name === 'edge-sync') as unknown as { ingest?: { stats: unknown } } | undefined)?.ingest?.stats ?? null,
   };
   console.log(JSON.stringify(result));
-  if (values.sql && pgSchema) {
-    const all = [...pgQueries.values()].reduce((a, b) => a + b, 0);
+  if (pgQueries) {
+    const all = [...pgQueries.counts.values()].reduce((a, b) => a + b, 0);
     console.error(`\nqueries sent while publishing: ${all} (${((all * 1000) / Math.max(1, total)).toFixed(0)} per 1,000 acknowledged events; those still being applied included)`);
-    for (const [text, n] of [...pgQueries].sort((x, y) => y[1] - x[1]).slice(0, 25)) console.error(`${((n * 1000) / Math.max(1, total)).toFixed(0).padStart(6)}   ${text.replace(/\s+/g, ' ').slice(0, 150)}`);
+    for (const [text, n] of [...pgQueries.counts].sort((x, y) => y[1] - x[1]).slice(0, 25)) console.error(`${((n * 1000) / Math.max(1, total)).toFixed(0).padStart(6)}   ${text.replace(/\s+/g, ' ').slice(0, 150)}`);
   }
   const ok = ev.length >= total && unprocessed === 0 && dup.length === 0 && cursorMismatch === 0 && notApplied === 0;
   console.error(ok ? 'verified: every acknowledged event stored and applied once, in order' : 'VERIFICATION FAILED');

@@ -32,8 +32,7 @@ import { monitorEventLoopDelay, PerformanceObserver, type PerformanceEntry } fro
 import os from 'node:os';
 import path from 'node:path';
 import Fastify from 'fastify';
-import pg from 'pg';
-import { summariseProfile, dropPgSchema, type Profile } from './cpu-profile';
+import { countPgQueries, summariseProfile, dropPgSchema, type Profile } from './cpu-profile';
 import { CentralService } from '../packages/central/src/service';
 import { loadConfig } from '../packages/central/src/config';
 import { createLogger } from '../packages/central/src/logger';
@@ -198,17 +197,7 @@ try {
   }
 
   // BENCH_PROFILE_SQL=1 (PostgreSQL): every query sent during the load (pg's Client.query), with its calls
-  const pgQueries = new Map<string, number>();
-  if (process.env.BENCH_PROFILE_SQL && engine === 'postgres') {
-    const proto = pg.Client.prototype as unknown as { query: (...a: unknown[]) => unknown };
-    const orig = proto.query;
-    proto.query = function (this: unknown, ...a: unknown[]) {
-      const q = a[0] as string | { text?: string };
-      const text = typeof q === 'string' ? q : (q?.text ?? '?');
-      pgQueries.set(text, (pgQueries.get(text) ?? 0) + 1);
-      return orig.apply(this, a);
-    };
-  }
+  const pgQueries = process.env.BENCH_PROFILE_SQL && engine === 'postgres' ? countPgQueries().counts : new Map<string, number>();
 
   // BENCH_PROFILE_PERF=1: no V8 profile, only the load (attach `perf record -g -p <pid>` to the
   // pid printed here, with NODE_OPTIONS=--perf-basic-prof): on-CPU time including the kernel's

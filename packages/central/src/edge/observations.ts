@@ -256,18 +256,16 @@ async function lockersOf(exec: ObsExec, pupUid: string, type: string, f: Record<
 /**
  * Applies the events, in order, to one locker's row: a compare-and-set on the row read, so
  * concurrent writers (several central instances) never go backwards. The first attempt works from
- * the row read with the locker (lockersOf), or from `first` (what the events made of it so far,
- * ObservationBatch); an attempt whose compare-and-set finds the row changed reads it again and
- * applies the events to what it finds.
+ * the row read with the locker (lockersOf); an attempt whose compare-and-set finds the row changed
+ * reads it again and applies the events to what it finds.
  */
-async function applyToLocker(exec: ObsExec, locker: LockerObserved, pupUid: string, events: readonly ObservedEvent[], now: string, first?: LockObservation | null): Promise<void> {
+async function applyToLocker(exec: ObsExec, locker: LockerObserved, pupUid: string, events: readonly ObservedEvent[], now: string): Promise<void> {
   const lockerUid = locker.uid;
   for (let attempt = 0; attempt < 10; attempt++) {
     const cur = attempt === 0 ? (locker.obs ?? undefined) : (await exec<ObsRow>('SELECT * FROM lock_observations WHERE locker_uid = ?', [lockerUid])).rows[0];
     const prev = cur ? fromRow(cur) : null;
     let next: LockObservation | null = null;
-    if (attempt === 0 && first !== undefined) next = first;
-    else for (const ev of events) next = observe(next ?? prev, ev, { lockerUid, pupUid }) ?? next;
+    for (const ev of events) next = observe(next ?? prev, ev, { lockerUid, pupUid }) ?? next;
     if (!next) return;
     const row = toRow(next, now);
     const values = OBS_COLS.map((c) => row[c] ?? null);
@@ -343,16 +341,16 @@ const FLUSH_EVENTS = 2000;
  * two to four times on one lock, and on PostgreSQL every read and every write of a row was a round
  * trip (about 1,060 of the 3,450 queries per 1,000 events of bench/edge-ingest.ts, --sql).
  * A locker's row is taken from the first read that finds it (one read per way an event names its
- * lock: by uid, by bus/board/lock, a board); the events then move its observation in memory
- * (observe, in order); flush writes each changed one by compare-and-set on the row as read, or,
- * when another writer changed it meanwhile, applies the advance's events to the row it finds
- * (applyToLocker): the row ends as the events one by one would have left it. Nothing else in the
+ * lock: by uid, by bus/board/lock, a board) and its events are kept in order; flush applies them
+ * to the row as read (observe, in memory) and writes each changed one by compare-and-set, or,
+ * when another writer changed it meanwhile, applies them to the row it finds (applyToLocker): the
+ * row ends as the events one by one would have left it. Nothing else in the
  * advance's transaction reads lock_observations (the door transitions do not). A long advance is
  * written every FLUSH_EVENTS events.
  */
 export class ObservationBatch {
-  /** per locker: its row as read, what the events made of it, and the events about it */
-  private readonly lockers = new Map<string, { read: LockerObserved; pupUid: string; state: LockObservation | null; changed: boolean; events: ObservedEvent[] }>();
+  /** per locker: its row as read and the events about it, in order */
+  private readonly lockers = new Map<string, { read: LockerObserved; pupUid: string; events: ObservedEvent[] }>();
   /** the lockers a way of naming them found (lockersOf's statement and values) */
   private readonly named = new Map<string, string[]>();
   /** events recorded since the last flush */
@@ -373,7 +371,7 @@ export class ObservationBatch {
     let uids = this.named.get(key);
     if (!uids) {
       const found = await lockersOf(this.exec, pupUid, row.type, fields);
-      for (const l of found) if (!this.lockers.has(l.uid)) this.lockers.set(l.uid, { read: l, pupUid, state: l.obs ? fromRow(l.obs) : null, changed: false, events: [] });
+      for (const l of found) if (!this.lockers.has(l.uid)) this.lockers.set(l.uid, { read: l, pupUid, events: [] });
       uids = found.map((l) => l.uid);
       this.named.set(key, uids);
     }
@@ -382,19 +380,11 @@ export class ObservationBatch {
       return;
     }
     const ev = observedEvent(terminalId, row, fields);
-    for (const uid of uids) {
-      const l = this.lockers.get(uid)!;
-      l.events.push(ev);
-      const next = observe(l.state, ev, { lockerUid: uid, pupUid: l.pupUid });
-      if (next) {
-        l.state = next;
-        l.changed = true;
-      }
-    }
+    for (const uid of uids) this.lockers.get(uid)!.events.push(ev);
     if (++this.held >= FLUSH_EVENTS) await this.flush();
   }
 
-  /** writes every locker the recorded events changed; the batch is empty afterwards */
+  /** writes every locker the recorded events change (applyToLocker: none when no event is newer); the batch is empty afterwards */
   async flush(): Promise<void> {
     const now = new Date().toISOString();
     // in the order of their uids: two transactions writing the same lockers lock them in one order
@@ -402,7 +392,7 @@ export class ObservationBatch {
     this.lockers.clear();
     this.named.clear();
     this.held = 0;
-    for (const l of lockers) if (l.changed) await applyToLocker(this.exec, l.read, l.pupUid, l.events, now, l.state);
+    for (const l of lockers) await applyToLocker(this.exec, l.read, l.pupUid, l.events, now);
   }
 }
 
