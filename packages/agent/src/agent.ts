@@ -479,8 +479,10 @@ export class Agent implements TechnicianHost {
     }
     const alreadyOpen = this.lockView(at)?.door === 'open';
     try {
-      await bus.unlock(at.board, at.lock);
-      return { ok: true, alreadyOpen };
+      const r = await bus.unlock(at.board, at.lock);
+      // a write that broke off may have pulsed the lock: counted as sent, never as refused, or a
+      // door opened by it would be forcedOpen and a parcel put in would be no drop-off
+      return r.replyError === 'WRITE_FAILED' ? { ok: true, alreadyOpen, uncertain: true } : { ok: true, alreadyOpen };
     } catch (err) {
       const code = (err as LockBusError).code;
       // BUSY: the bus is paused for a technician's scan (nothing sent)
@@ -602,8 +604,8 @@ export class Agent implements TechnicianHost {
     }
     const r = await this.unlock(ref);
     if (r.ok) {
-      this.log.info({ bus: ref.bus, board: ref.board, lock: ref.lock, usages: [...new Set(codes.map((m) => m.usage))] }, 'code accepted; lock pulsed');
-      this.record('unlockSent', { ...ref, lockerUid: locker.uid, cause: 'code', sessionId, alreadyOpen: r.alreadyOpen });
+      this.log.info({ bus: ref.bus, board: ref.board, lock: ref.lock, usages: [...new Set(codes.map((m) => m.usage))], uncertain: r.uncertain }, r.uncertain ? 'code accepted; the unlock write broke off (the lock may have pulsed)' : 'code accepted; lock pulsed');
+      this.record('unlockSent', { ...ref, lockerUid: locker.uid, cause: 'code', sessionId, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain });
       return { accepted: true, lockerUid: locker.uid };
     }
     this.log.warn({ bus: ref.bus, board: ref.board, lock: ref.lock, error: r.error }, 'code accepted but the lock could not be pulsed');
@@ -704,7 +706,7 @@ export class Agent implements TechnicianHost {
     } else {
       const r = await this.unlock(ref);
       if (r.ok) {
-        this.record('unlockSent', { ...ref, lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid, alreadyOpen: r.alreadyOpen });
+        this.record('unlockSent', { ...ref, lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain });
         ack = { v: 1, commandId: cmd.commandId, ok: true, at: this.now().toISOString() };
       } else {
         ack = { v: 1, commandId: cmd.commandId, ok: false, error: r.error, message: r.message, at: this.now().toISOString() };
@@ -749,7 +751,7 @@ export class Agent implements TechnicianHost {
       return { ok: false, error: 'JOURNAL_UNAVAILABLE', message: 'the terminal cannot write its journal: the opening would not be reported, so the lock is not pulsed' };
     }
     const r = await this.unlock(at);
-    if (r.ok) this.record('unlockSent', { ...at, lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician', alreadyOpen: r.alreadyOpen });
+    if (r.ok) this.record('unlockSent', { ...at, lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician', alreadyOpen: r.alreadyOpen, uncertain: r.uncertain });
     this.log.info({ ...at, ok: r.ok, error: r.ok ? undefined : r.error }, 'technician open');
     return r;
   }

@@ -8,7 +8,8 @@ import type { LinkState } from './edge-link';
 import type { LogRing } from './logger';
 import type { AgentStore } from './store';
 
-export type UnlockOutcome = { ok: true; alreadyOpen: boolean } | { ok: false; error: AckErrorCode; message: string };
+/** uncertain: the write to the board broke off, so the lock may or may not have pulsed (counted as sent, its door watched) */
+export type UnlockOutcome = { ok: true; alreadyOpen: boolean; uncertain?: true } | { ok: false; error: AckErrorCode; message: string };
 /** The diagnostics page's open: JOURNAL_UNAVAILABLE when the store cannot be written (nothing pulsed). */
 export type TechnicianOpenOutcome = UnlockOutcome | { ok: false; error: 'JOURNAL_UNAVAILABLE'; message: string };
 

@@ -3,8 +3,11 @@
 // and the moment the board takes the unlock it becomes unreadable (each fault kind); the door is
 // opened, the parcel put in and the door shut; when the board answers again the session ends by
 // what it shows: a dropOff, no jam. A drop-off given up under the same fault is no drop-off.
+// And the unlock's own write breaking off (the adapter vanishing mid-drain): the lock may have
+// pulsed, so the code is accepted and its door watched; a door that opened is the drop-off's.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SimBus } from '@locker/firmware-sim';
+import { dialects } from '@locker/lockbus';
 import { World, codeEntry, waitFor } from './support/world';
 
 const FAULTS: { name: string; on: (sb: SimBus) => unknown; off: (sb: SimBus) => unknown }[] = [
@@ -23,6 +26,7 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
       codeEntry(`bf-drop-${i}`, 'DropOff', `QR-BF-DROP-${i}`, { board: 1, lock: i + 1 }),
       codeEntry(`bf-give-${i}`, 'DropOff', `QR-BF-GIVE-${i}`, { board: 1, lock: i + 9 }),
     ]);
+    codes.push(codeEntry('bf-wf-out', 'DropOff', 'QR-BF-WF-OUT', { board: 1, lock: 14 }), codeEntry('bf-wf-none', 'DropOff', 'QR-BF-WF-NONE', { board: 1, lock: 15 }));
     await w.snapshot(codes, 1, 'epoch-bf');
   });
   afterAll(async () => {
@@ -42,7 +46,7 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
     w.sim.on('frame', onFrame);
     try {
       const r = await w.agent.presentCredential({ source: 'qr', value: code, reader: 'scan0' });
-      expect(r).toMatchObject({ accepted: true });
+      expect(r, `refused: ${JSON.stringify(r)}`).toMatchObject({ accepted: true });
       await waitFor(() => !armed, 'the board took the unlock', 8000);
       await applied; // an unplug is under way until this resolves: a replug before it would be lost
       // late replies are discarded, not counted as a dead board: give the polls time to fail
@@ -62,12 +66,16 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
   it.each(FAULTS.map((f, i) => [f.name, f, i] as const))('%s: the drop-off is reported when the board answers again, no jam', async (_n, fault, i) => {
     const lock = i + 1;
     const from = w.events().at(-1)?.seq ?? 0;
-    await unlockThenFault(`QR-BF-DROP-${i}`, lock, fault);
-    const l = w.lock(1, lock);
-    if (!l.state.doorOpen) l.openDoor();
-    l.putItem();
-    l.closeDoor();
-    await fault.off(sb());
+    // the fault goes off whatever fails: left on, it would break every test after this one
+    try {
+      await unlockThenFault(`QR-BF-DROP-${i}`, lock, fault);
+      const l = w.lock(1, lock);
+      if (!l.state.doorOpen) l.openDoor();
+      l.putItem();
+      l.closeDoor();
+    } finally {
+      await fault.off(sb());
+    }
     const drop = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'dropOff'), 'dropOff', 15_000);
     expect(drop).toMatchObject({ shipmentUid: `ship-bf-drop-${i}`, codeId: `bf-drop-${i}`, board: 1, lock, item: true });
     await new Promise((r) => setTimeout(r, 1800)); // past the jam window: nothing else comes
@@ -81,15 +89,79 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
   it.each(FAULTS.map((f, i) => [f.name, f, i] as const))('%s: a drop-off given up (door shut empty) is no drop-off', async (_n, fault, i) => {
     const lock = i + 9;
     const from = w.events().at(-1)?.seq ?? 0;
-    await unlockThenFault(`QR-BF-GIVE-${i}`, lock, fault);
-    const l = w.lock(1, lock);
-    if (!l.state.doorOpen) l.openDoor();
-    l.closeDoor();
-    await fault.off(sb());
+    try {
+      await unlockThenFault(`QR-BF-GIVE-${i}`, lock, fault);
+      const l = w.lock(1, lock);
+      if (!l.state.doorOpen) l.openDoor();
+      l.closeDoor();
+    } finally {
+      await fault.off(sb());
+    }
     const end = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'accessIncomplete' && e.lock === lock), 'accessIncomplete', 15_000);
     expect(['closed-empty', 'not-seen-open']).toContain(end.reason);
     await new Promise((r) => setTimeout(r, 500));
     expect(trail(lock, from)).not.toContain('dropOff');
     expect(trail(lock, from)).not.toContain('jam');
+  });
+
+  /** The agent's own port write for an unlock of `lock` breaks off: after the frame left, or before. */
+  function breakUnlockWrite(lock: number, after: boolean): () => void {
+    const t = (w.agent.buses.bus('bus0') as unknown as { transport: { write(d: Buffer): Promise<void> } }).transport;
+    const orig = t.write;
+    const frame = dialects['kerong-cu16'].encodeRequest({ kind: 'unlock', board: 1, lock });
+    t.write = async function (this: unknown, d: Buffer) {
+      const ours = d.equals(frame);
+      if (ours && !after) throw Object.assign(new Error('EIO'), { code: 'EIO' });
+      await orig.call(this, d);
+      if (ours) throw Object.assign(new Error('EIO'), { code: 'EIO' });
+    };
+    return () => {
+      t.write = orig;
+    };
+  }
+
+  it('the unlock write breaks off after the frame left: the code is accepted and the drop-off reported, nothing forced', async () => {
+    const lock = 14;
+    const from = w.events().at(-1)?.seq ?? 0;
+    const restore = breakUnlockWrite(lock, true);
+    try {
+      const r = await w.agent.presentCredential({ source: 'qr', value: 'QR-BF-WF-OUT', reader: 'scan0' });
+      expect(r, `refused: ${JSON.stringify(r)}`).toMatchObject({ accepted: true });
+    } finally {
+      restore();
+    }
+    const l = w.lock(1, lock);
+    await waitFor(() => !l.state.latched || l.state.doorOpen, 'the board pulsed the lock', 5000);
+    if (!l.state.doorOpen) l.openDoor();
+    l.putItem();
+    l.closeDoor();
+    const drop = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'dropOff'), 'dropOff', 15_000);
+    expect(drop).toMatchObject({ shipmentUid: 'ship-bf-wf-out', codeId: 'bf-wf-out', board: 1, lock, item: true });
+    expect(w.events().find((e) => e.seq > from && e.type === 'unlockSent' && e.lock === lock)).toMatchObject({ uncertain: true });
+    await new Promise((r) => setTimeout(r, 1800)); // past the jam window
+    const t = trail(lock, from);
+    expect(t.filter((x) => x === 'dropOff')).toHaveLength(1);
+    expect(t).not.toContain('forcedOpen');
+    expect(t).not.toContain('jam');
+  });
+
+  it('the unlock write breaks off before the frame left: the door stays shut, the session ends not-seen-open, no jam', async () => {
+    const lock = 15;
+    const from = w.events().at(-1)?.seq ?? 0;
+    const restore = breakUnlockWrite(lock, false);
+    try {
+      const r = await w.agent.presentCredential({ source: 'qr', value: 'QR-BF-WF-NONE', reader: 'scan0' });
+      expect(r, `refused: ${JSON.stringify(r)}`).toMatchObject({ accepted: true });
+    } finally {
+      restore();
+    }
+    const end = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'accessIncomplete' && e.lock === lock), 'accessIncomplete', 15_000);
+    expect(end.reason).toBe('not-seen-open');
+    expect(w.lock(1, lock).state.latched).toBe(true); // the board never got the pulse
+    await new Promise((r) => setTimeout(r, 1800)); // past the jam window
+    const t = trail(lock, from);
+    expect(t).toContain('unlockUnobserved');
+    expect(t).not.toContain('jam');
+    expect(t).not.toContain('dropOff');
   });
 });

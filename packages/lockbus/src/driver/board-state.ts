@@ -66,7 +66,8 @@ export type JamCause = 'latch-not-released' | 'door-did-not-open' | 'latch-not-s
 export type BoardInput =
   | { kind: 'poll'; at: number; closed: boolean[]; items: boolean[] | null }
   | { kind: 'pollFailed'; at: number; error: string }
-  | { kind: 'unlockSent'; at: number; lock: number | 'all' }
+  /** uncertain: the write broke off, so whether the board got the pulse is not known (watched blind) */
+  | { kind: 'unlockSent'; at: number; lock: number | 'all'; uncertain?: boolean }
   | { kind: 'tick'; at: number };
 
 export type BoardEvent =
@@ -156,8 +157,9 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
         if (l.door !== 'open') {
           clearUnlock(l);
           l.unlockAt = input.at;
-          // sent while the board cannot be read: its outcome is not watched from the start
-          l.blind = online === false;
+          // sent while the board cannot be read, or maybe not sent at all: its outcome is not
+          // watched from the start (no jam; the next good poll past the grace settles it)
+          l.blind = online === false || input.uncertain === true;
         }
       }
       break;

@@ -107,6 +107,8 @@ export interface UnlockSentEvent extends Base {
   board: number;
   lock: number | 'all';
   alreadyOpen: boolean;
+  /** The write broke off (WRITE_FAILED): the board may or may not have taken the pulse. */
+  uncertain: boolean;
 }
 
 export interface LockBusEvents {
@@ -159,7 +161,10 @@ export interface UnlockResult {
   sentAt: number;
   /** 8A/80 boards answer unlocks; CU16 / 48 do not (null). */
   reply: LockReply | null;
-  /** Why there is no reply although the dialect answers unlocks. */
+  /**
+   * Why there is no reply although the dialect answers unlocks; WRITE_FAILED: the write broke off,
+   * so the lock may or may not have pulsed (the door is watched for either).
+   */
   replyError: LockBusErrorCode | null;
 }
 
@@ -350,8 +355,9 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   /**
    * Pulse one lock. Resolves once the frame has left the port (and, for dialects that answer
    * unlocks, once the answer came or timed out). Rejects with NOT_SENT when nothing was written
-   * (safe to try again) and WRITE_FAILED when the write broke off (the lock may have pulsed: do
-   * not blindly repeat). Never re-sent by the driver.
+   * (safe to try again). A write that broke off resolves with replyError WRITE_FAILED: the lock may
+   * have pulsed, so it counts as sent (do not blindly repeat) and its door is watched without a
+   * jam window. Never re-sent by the driver.
    */
   async unlock(board: number, lock: number): Promise<UnlockResult> {
     this.requireBoard(board);
@@ -486,21 +492,30 @@ export class LockBus extends EventEmitter<LockBusEvents> {
   private async sendUnlock(req: LockRequest, lock: number | 'all'): Promise<UnlockResult> {
     const board = (req as { board: number }).board;
     let sentAt = 0;
-    const onWritten = () => {
+    const sent = (uncertain: boolean) => {
       sentAt = this.now();
       const s = this.states.get(board)!;
       const alreadyOpen = lock !== 'all' && s.online === true && s.locks[lock - 1]?.door === 'open';
-      this.applyBoard(board, { kind: 'unlockSent', at: sentAt, lock });
-      this.log.info({ board, lock, alreadyOpen }, 'unlock sent');
-      this.safeEmit('unlockSent', { bus: this.name, at: sentAt, board, lock, alreadyOpen });
+      this.applyBoard(board, { kind: 'unlockSent', at: sentAt, lock, uncertain });
+      if (uncertain) this.log.warn({ board, lock, alreadyOpen }, 'unlock write broke off: the lock may have pulsed; its door is watched');
+      else this.log.info({ board, lock, alreadyOpen }, 'unlock sent');
+      this.safeEmit('unlockSent', { bus: this.name, at: sentAt, board, lock, alreadyOpen, uncertain });
     };
     try {
-      const r = await this.transact(req, 10, onWritten);
+      const r = await this.transact(req, 10, () => sent(false));
       return { sentAt, reply: r.reply, replyError: null };
     } catch (err) {
       const e = err as LockBusError;
       // Written, but the answer did not come: the unlock stands (never repeated).
       if (sentAt && (e.code === 'NO_REPLY' || e.code === 'GARBLED_REPLY' || e.code === 'BAD_CHECKSUM' || e.code === 'PORT_LOST' || e.code === 'STOPPED')) {
+        return { sentAt, reply: null, replyError: e.code };
+      }
+      // The write broke off (the adapter vanished mid-drain, or the drain never returned): the
+      // whole frame may have reached the board. Treated as sent, never repeated, and watched
+      // without a jam window, so a door that opens is the unlock's and not forced, and a door
+      // that stays shut is unlockUnobserved, never a jam.
+      if (!sentAt && e.code === 'WRITE_FAILED') {
+        sent(true);
         return { sentAt, reply: null, replyError: e.code };
       }
       throw e;
