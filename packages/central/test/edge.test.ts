@@ -130,8 +130,9 @@ describeEngines('edge sync with a scripted terminal', (engine) => {
       [far.eventId, 2 ** 31 + 5],
       [next.eventId, 2 ** 31 + 6],
     ]);
-    const term0 = await t.ctx.db.kysely.selectFrom('edge_terminals').select('last_seq').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow();
-    expect(Number(term0.last_seq)).toBe(2 ** 31 + 6);
+    // last_seq (the highest seq stored) is written by the apply that follows the store
+    const lastSeq = async () => Number((await t.ctx.db.kysely.selectFrom('edge_terminals').select('last_seq').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).last_seq);
+    expect(await waitFor(async () => (await lastSeq()) === 2 ** 31 + 6 || undefined, 'last_seq')).toBe(true);
     seq = 2 ** 31 + 6; // later events of this suite continue from here
   });
 

@@ -3,14 +3,18 @@
 // Every up/events message the broker hands over joins a queue; one drain loop per central
 // instance works it off in two kinds of transaction, each a batch of whatever arrived meanwhile:
 //
-// 1. store: the batch's events are inserted into edge_events (deduplicated by event id) and each
-//    terminal's last_seq / journal_id updated, once per terminal; one COMMIT for the batch. Only
-//    then is each event's handler resolved, which lets the broker send its PUBACK (beforeAck).
+// 1. store: the batch's events are inserted into edge_events (deduplicated by event id); one
+//    COMMIT for the batch. The terminal's edge_terminals row is not written (only created, and
+//    its journal id set the first time one shows), so a store never waits for an apply holding
+//    that row. Only then is each event's handler resolved, which lets the broker send its PUBACK
+//    (beforeAck).
 // 2. apply: the terminals of stored batches are advanced, each from its applied_seq in its
 //    journal's seq order, in one transaction (one COMMIT, one fsync on SQLite, for up to
 //    APPLY_MAX events): the cursor row is read once per terminal (row-locked on PostgreSQL, so
-//    instances sharing the work advance a terminal one at a time), its unprocessed events are read
-//    once, each event is applied, and the cursor is written once. After the COMMIT, each terminal
+//    instances sharing the work advance a terminal one at a time: a terminal another instance is
+//    advancing is skipped, not waited for, and taken again shortly), its unprocessed events are
+//    read once, each event is applied, and the cursor (with last_seq, the highest seq stored) is
+//    written once. After the COMMIT, each terminal
 //    gets one down/eventAcks with its committed prefix. The batch runs first without a savepoint
 //    per event; should an event fail, that attempt is rolled back whole and the batch runs again
 //    with each event inside a SAVEPOINT (a failing one is rolled back alone: rejected for good
@@ -49,6 +53,8 @@ const PENDING_READ = 2000;
 const INSERT_CHUNK = 400;
 /** apply loops side by side on PostgreSQL (each holds a pool connection while it runs) */
 const APPLY_LOOPS_PG = 4;
+/** a terminal another instance is advancing is taken again after this long (PostgreSQL) */
+const BUSY_RETRY_MS = 10;
 
 interface Arrival {
   terminalId: string;
@@ -71,6 +77,7 @@ interface PendingRow {
 
 interface CursorRow {
   applied_seq: number | string | null;
+  last_seq: number | string;
   journal_id: string | null;
   gap_since: string | null;
   clock_offset_ms: number | string | null;
@@ -87,6 +94,8 @@ interface AfterCommit {
   applied: number;
   /** events that failed (refused or a transient failure) in an attempt with savepoints */
   failed: number;
+  /** terminals skipped: another instance holds their cursor row (PostgreSQL); taken again shortly */
+  busy: string[];
 }
 
 /**
@@ -100,7 +109,15 @@ class RedoWithSavepoints extends Error {
 }
 
 const EVENT_INSERT = 'INSERT INTO edge_events (event_id, terminal_id, journal_id, seq, type, at, received_at, payload, processed, outcome, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, 0) ON CONFLICT (event_id) DO NOTHING';
-const CURSOR_SQL = 'SELECT e.applied_seq, e.journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
+const CURSOR_SQL = 'SELECT e.applied_seq, e.last_seq, e.journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
+/**
+ * PostgreSQL: the cursor row locked for the transaction, or no row when another transaction holds
+ * it (an apply of another instance, a status write): the terminal is taken again shortly rather
+ * than waited for. Waiting held this apply's whole batch, and the other instance's store, behind
+ * the other apply's COMMIT (setup (b) of the fleet bench, docs/benchmarks.md).
+ */
+const CURSOR_LOCK_PG = `${CURSOR_SQL} FOR UPDATE OF e SKIP LOCKED`;
+const CURSOR_EXISTS = 'SELECT 1 AS n FROM edge_terminals WHERE terminal_id = ?';
 /** a provisioned terminal with its cursor (last_seq null: no edge_terminals row yet) */
 interface CursorOfRow {
   id: string;
@@ -114,9 +131,8 @@ interface StoreResult {
 const STORE_CURSOR_SQLITE = 'SELECT t.id, e.last_seq, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ?';
 const STORE_CURSORS_PG = 'SELECT t.id, e.last_seq, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ANY(?)';
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
-const PATCH_SEQ_JOURNAL = 'UPDATE edge_terminals SET last_seq = ?, journal_id = ? WHERE terminal_id = ?';
-const PATCH_SEQ = 'UPDATE edge_terminals SET last_seq = ? WHERE terminal_id = ?';
-const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ?';
+/** once per terminal: the first journal id it shows (the apply moves it on from there) */
+const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
 const PENDING_SQL = `SELECT event_id, journal_id, seq, type, at, received_at, payload FROM edge_events WHERE processed = 0 AND terminal_id = ? ORDER BY seq LIMIT ${PENDING_READ}`;
 /**
  * The events of a terminal's advance whose outcome is 'stored' (no door transition), finished
@@ -143,6 +159,8 @@ export class EventIngest {
   private readonly applying = new Set<Promise<void>>();
   /** terminals in an apply batch right now: no other loop of this instance takes them meanwhile */
   private readonly inApply = new Set<string>();
+  /** terminals skipped as busy, waiting out BUSY_RETRY_MS before they are queued again */
+  private readonly busyRetries = new Set<Promise<void>>();
   /** when each terminal was last asked to resend from a gap (ms) */
   private readonly resendAsked = new Map<string, number>();
   /** PostgreSQL transactions whose last event savepoint is not released yet (savepoint()) */
@@ -153,7 +171,7 @@ export class EventIngest {
    * the cause is gone). A batch with savepoints in which nothing failed clears it.
    */
   private savepointsFirst = false;
-  readonly stats = { storeBatches: 0, stored: 0, applyBatches: 0, applied: 0, maxStoreBatch: 0, maxApplyBatch: 0, redoneWithSavepoints: 0, withSavepointsFirst: 0 };
+  readonly stats = { storeBatches: 0, stored: 0, applyBatches: 0, applied: 0, maxStoreBatch: 0, maxApplyBatch: 0, redoneWithSavepoints: 0, withSavepointsFirst: 0, busySkipped: 0 };
 
   constructor(private readonly host: IngestHost) {}
 
@@ -189,7 +207,7 @@ export class EventIngest {
 
   /** Resolves when nothing is queued or being worked on. */
   async idle(): Promise<void> {
-    while (this.storing || this.applying.size) await Promise.all([this.storing, ...this.applying]);
+    while (this.storing || this.applying.size || this.busyRetries.size) await Promise.all([this.storing, ...this.applying, ...this.busyRetries]);
   }
 
   private queueApply(terminalId: string, journal: string | null, events: number, waiter?: () => void): void {
@@ -277,14 +295,36 @@ export class EventIngest {
         this.toApply.delete(id);
         this.inApply.add(id);
       }
+      let busy = new Set<string>();
       try {
-        await this.applyBatch(batch);
+        busy = await this.applyBatch(batch);
       } finally {
         for (const id of batch.keys()) this.inApply.delete(id);
-        for (const e of batch.values()) for (const w of e.waiters) w();
+        for (const [id, e] of batch) {
+          if (busy.has(id)) this.retryBusy(id, e);
+          else for (const w of e.waiters) w();
+        }
       }
       this.kickApply();
     }
+  }
+
+  /**
+   * Another instance holds the terminal's cursor row (PostgreSQL): queued again, with its journals
+   * and waiters, after BUSY_RETRY_MS. Its events stored here may be ones that instance's apply
+   * read too early to see, so they are not left to it.
+   */
+  private retryBusy(terminalId: string, e: { journals: Set<string | null>; events: number; waiters: (() => void)[] }): void {
+    this.stats.busySkipped++;
+    const p: Promise<void> = new Promise<void>((r) => setTimeout(r, BUSY_RETRY_MS)).then(() => {
+      this.busyRetries.delete(p);
+      for (const j of e.journals) this.queueApply(terminalId, j, 0);
+      const q = this.toApply.get(terminalId)!;
+      q.events += e.events;
+      q.waiters.push(...e.waiters);
+      this.kick();
+    });
+    this.busyRetries.add(p);
   }
 
   // ------------------------------------------------------------------ store
@@ -398,35 +438,26 @@ export class EventIngest {
       }
     }
     // the first journal id a terminal shows names the journal whose seq applied_seq already counts
-    // (an agent updated in place keeps its store); last_seq is the highest seq seen, for status
-    const patches = new Map<string, { last_seq?: number; journal_id?: string }>();
+    // (an agent updated in place keeps its store). Nothing else of the row is written here: the
+    // highest seq stored (last_seq) is written by the apply, which holds the row anyway.
+    const journals = new Map<string, string>();
     for (const a of arrivals) {
-      if (!fresh.has(a.ev.eventId)) continue;
-      const c = cursors.get(a.terminalId)!;
-      const p = patches.get(a.terminalId) ?? {};
       const journalId = a.ev.journalId ?? null;
-      if (c.journal_id == null && journalId) c.journal_id = p.journal_id = journalId;
-      if (a.ev.seq !== c.last_seq + 1) this.log.info({ terminal: a.terminalId, seq: a.ev.seq, lastSeq: c.last_seq }, 'event out of sequence (held until the gap is filled, or a repeat)');
-      if (a.ev.seq > c.last_seq) c.last_seq = p.last_seq = a.ev.seq;
-      patches.set(a.terminalId, p);
+      if (journalId && fresh.has(a.ev.eventId) && cursors.get(a.terminalId)!.journal_id == null && !journals.has(a.terminalId)) journals.set(a.terminalId, journalId);
     }
     // in the order of terminal ids, as the apply locks them: fewer deadlocks between instances (PostgreSQL retries those)
-    for (const id of [...patches.keys()].sort()) {
-      const p = patches.get(id)!;
-      if (p.last_seq !== undefined && p.journal_id !== undefined) await exec(PATCH_SEQ_JOURNAL, [p.last_seq, p.journal_id, id]);
-      else if (p.last_seq !== undefined) await exec(PATCH_SEQ, [p.last_seq, id]);
-      else if (p.journal_id !== undefined) await exec(PATCH_JOURNAL, [p.journal_id, id]);
-    }
+    for (const id of [...journals.keys()].sort()) await exec(PATCH_JOURNAL, [journals.get(id)!, id]);
     return { fresh, unknown };
   }
 
   // ------------------------------------------------------------------ apply
 
-  private async applyBatch(batch: Map<string, { journals: Set<string | null> }>): Promise<void> {
+  /** Advances the batch's terminals; returns those skipped because another instance holds them. */
+  private async applyBatch(batch: Map<string, { journals: Set<string | null> }>): Promise<Set<string>> {
     // a fixed order: instances that lock the same terminals lock them in the same order
     const ids = [...batch.keys()].sort();
     const svc = shipmentService(this.ctx);
-    const fresh = (): AfterCommit => ({ acks: [], logs: [], resendAsked: [], applied: 0, failed: 0 });
+    const fresh = (): AfterCommit => ({ acks: [], logs: [], resendAsked: [], applied: 0, failed: 0, busy: [] });
     let after = fresh();
     // First without a savepoint per event: nearly every event applies, and a savepoint per event
     // is what an event cost most on SQLite (RELEASE walks the in-memory sub-journal of the whole
@@ -455,8 +486,10 @@ export class EventIngest {
       this.stats.applied += after.applied;
       this.stats.maxApplyBatch = Math.max(this.stats.maxApplyBatch, ids.length);
       this.afterCommit(after);
+      return new Set(after.busy);
     } catch (err) {
       if (ids.length > 1) this.log.warn({ err: (err as Error).message, terminals: ids.length }, 'applying a batch of terminal events failed; applying terminal by terminal');
+      const busy = new Set<string>();
       for (const id of ids) {
         let one = fresh();
         try {
@@ -466,10 +499,12 @@ export class EventIngest {
           });
           this.stats.applied += one.applied;
           this.afterCommit(one);
+          for (const b of one.busy) busy.add(b);
         } catch (e) {
           this.log.error({ err: (e as Error).message, terminal: id }, 'applying terminal events failed; retried');
         }
       }
+      return busy;
     }
   }
 
@@ -521,14 +556,20 @@ export class EventIngest {
    * later ones (they stay stored, unprocessed: bounded by the database, not memory); after
    * edge.gapResendSeconds the terminal is asked to send again from the gap, after
    * edge.gapGiveUpSeconds the gap is skipped (an error in the log). The cursor row is locked
-   * (PostgreSQL: FOR UPDATE; SQLite has one writer) for the transaction, applied_seq still moves by
-   * compare-and-set and each door event is claimed in the transaction that applies it.
+   * (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite has one writer) for the transaction, applied_seq
+   * still moves by compare-and-set and each door event is claimed in the transaction that applies
+   * it. A row another transaction holds is not waited for: the terminal goes to `after.busy` and
+   * is taken again shortly (its stored events stay unprocessed until then; none is lost).
    */
   private async advanceIn(trx: Trx, terminalId: string, arrived: Set<string | null>, after: AfterCommit, savepoints: boolean): Promise<void> {
     const exec = this.exec(trx);
     const pg = this.ctx.db.engine === 'postgres';
-    const cur = (await exec<CursorRow>(pg ? `${CURSOR_SQL} FOR UPDATE OF e` : CURSOR_SQL, [terminalId])).rows[0];
-    if (!cur) return;
+    const cur = (await exec<CursorRow>(pg ? CURSOR_LOCK_PG : CURSOR_SQL, [terminalId])).rows[0];
+    if (!cur) {
+      // no row, or (PostgreSQL) a row someone else holds
+      if (pg && (await exec(CURSOR_EXISTS, [terminalId])).rows.length) after.busy.push(terminalId);
+      return;
+    }
     const start = { applied: Number(cur.applied_seq ?? 0), journal: cur.journal_id ?? null, gap: cur.gap_since ?? null };
     let applied = start.applied;
     let journal = start.journal;
@@ -548,6 +589,8 @@ export class EventIngest {
       else for (const id of ids) await exec(FINISH_ONE, ['stored', id]);
     };
     let pending: PendingRow[] = [];
+    // the highest seq stored (last_seq: status and logs; receivedThrough's fallback), written with the cursor
+    let lastSeq = Number(cur.last_seq);
     let byKey = new Map<string, PendingRow>();
     let strays: PendingRow[] = [];
     let full = false;
@@ -555,6 +598,7 @@ export class EventIngest {
     const read = async () => {
       await finishStored();
       pending = (await exec<PendingRow>(PENDING_SQL, [terminalId])).rows.map((r) => ({ ...r, seq: Number(r.seq) }));
+      for (const r of pending) if (r.seq > lastSeq) lastSeq = r.seq;
       full = pending.length >= PENDING_READ;
       byKey = new Map(pending.map((r) => [key(r.journal_id ?? null, r.seq), r]));
       strays = pending.filter((r) => r.journal_id == null || r.seq === 1);
@@ -652,12 +696,12 @@ export class EventIngest {
       }
     }
     await finishStored();
-    if (applied !== start.applied || journal !== start.journal || gapSince !== start.gap) {
+    if (applied !== start.applied || journal !== start.journal || gapSince !== start.gap || lastSeq !== Number(cur.last_seq)) {
       const r = await exec(
         start.journal === null
-          ? 'UPDATE edge_terminals SET applied_seq = ?, journal_id = ?, gap_since = ? WHERE terminal_id = ? AND applied_seq = ? AND journal_id IS NULL'
-          : 'UPDATE edge_terminals SET applied_seq = ?, journal_id = ?, gap_since = ? WHERE terminal_id = ? AND applied_seq = ? AND journal_id = ?',
-        start.journal === null ? [applied, journal, gapSince, terminalId, start.applied] : [applied, journal, gapSince, terminalId, start.applied, start.journal],
+          ? 'UPDATE edge_terminals SET applied_seq = ?, journal_id = ?, gap_since = ?, last_seq = ? WHERE terminal_id = ? AND applied_seq = ? AND journal_id IS NULL'
+          : 'UPDATE edge_terminals SET applied_seq = ?, journal_id = ?, gap_since = ?, last_seq = ? WHERE terminal_id = ? AND applied_seq = ? AND journal_id = ?',
+        start.journal === null ? [applied, journal, gapSince, lastSeq, terminalId, start.applied] : [applied, journal, gapSince, lastSeq, terminalId, start.applied, start.journal],
       );
       // the row is locked for this transaction: another writer moving it is a bug; roll the batch back
       if (r.numAffectedRows !== 1) throw new Error(`edge cursor of ${terminalId} moved under a locked batch`);
