@@ -707,7 +707,11 @@ export class Agent implements TechnicianHost {
       const r = await this.unlock(ref);
       if (r.ok) {
         this.record('unlockSent', { ...ref, lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain });
-        ack = { v: 1, commandId: cmd.commandId, ok: true, at: this.now().toISOString() };
+        // the write broke off: journalled as sent (a door it opened is not forced), answered as
+        // not known, so the caller is not told the lock opened
+        ack = r.uncertain
+          ? { v: 1, commandId: cmd.commandId, ok: false, error: 'OUTCOME_UNKNOWN', message: 'the write to the board broke off: the lock may or may not have pulsed (the door events tell)', at: this.now().toISOString() }
+          : { v: 1, commandId: cmd.commandId, ok: true, at: this.now().toISOString() };
       } else {
         ack = { v: 1, commandId: cmd.commandId, ok: false, error: r.error, message: r.message, at: this.now().toISOString() };
       }

@@ -164,4 +164,26 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
     expect(t).not.toContain('jam');
     expect(t).not.toContain('dropOff');
   });
+
+  it('a central unlock command whose write breaks off after the frame left: answered OUTCOME_UNKNOWN, the door it opened not forced', async () => {
+    const lock = 16;
+    const from = w.events().at(-1)?.seq ?? 0;
+    const restore = breakUnlockWrite(lock, true);
+    try {
+      const cmd = { v: 1, type: 'unlock', commandId: 'cmd-wf', lockerUid: `locker-1-${lock}`, bus: 'bus0', board: 1, lock, shipmentUid: null, reason: 'api', issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 10_000).toISOString() };
+      await w.publish('commands', cmd);
+      const ack = await waitFor(() => w.received.find((r) => r.kind === 'acks' && r.body.commandId === 'cmd-wf'), 'ack', 8000);
+      expect(ack.body).toMatchObject({ ok: false, error: 'OUTCOME_UNKNOWN' });
+    } finally {
+      restore();
+    }
+    const l = w.lock(1, lock);
+    await waitFor(() => !l.state.latched || l.state.doorOpen, 'the board pulsed the lock', 5000);
+    if (!l.state.doorOpen) l.openDoor();
+    await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'doorOpened' && e.lock === lock), 'doorOpened', 8000);
+    l.closeDoor();
+    await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'doorClosed' && e.lock === lock), 'doorClosed', 8000);
+    expect(w.events().find((e) => e.seq > from && e.type === 'unlockSent' && e.lock === lock)).toMatchObject({ cause: 'command', commandId: 'cmd-wf', uncertain: true });
+    expect(trail(lock, from)).not.toContain('forcedOpen');
+  });
 });

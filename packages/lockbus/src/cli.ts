@@ -285,15 +285,24 @@ async function run(argv: string[], out: (s: string) => void): Promise<number> {
         out(`board ${board} does not answer`);
         return EXIT.noAnswer;
       }
+      let timer: NodeJS.Timeout | undefined;
       const outcome = new Promise<string>((resolve) => {
         bus.on('doorOpened', (e) => e.lock === lock && resolve(`door ${board}/${lock} opened`));
         bus.on('jam', (e) => e.lock === lock && resolve(`no opening of ${board}/${lock} within ${watchMs} ms (jam: ${e.cause})`));
+        // an unlock whose write broke off never jams (the board may not have got it)
+        bus.on('unlockUnobserved', (e) => e.lock === lock && resolve(`door ${board}/${lock} still shut: whether the board got the unlock is not known`));
+        timer = setTimeout(() => resolve(`no outcome of ${board}/${lock} seen within ${watchMs + 2000} ms`), watchMs + 2000);
       });
       const before = bus.locks(board)[lock - 1];
       const r = await bus.unlock(board, lock);
-      out(`unlock sent to board ${board} lock ${lock}${before?.door === 'open' ? ' (door was already open)' : ''}${r.reply ? `; board answered ${JSON.stringify(r.reply)}` : ''}`);
-      if (before?.door === 'open') return EXIT.ok;
+      if (r.replyError === 'WRITE_FAILED') out(`unlock to board ${board} lock ${lock}: the write broke off; the lock may or may not have pulsed (not sent again)`);
+      else out(`unlock sent to board ${board} lock ${lock}${before?.door === 'open' ? ' (door was already open)' : ''}${r.reply ? `; board answered ${JSON.stringify(r.reply)}` : ''}`);
+      if (before?.door === 'open') {
+        clearTimeout(timer);
+        return EXIT.ok;
+      }
       const msg = await outcome;
+      clearTimeout(timer);
       out(msg);
       return msg.includes('opened') ? EXIT.ok : EXIT.noAnswer;
     } finally {

@@ -69,6 +69,45 @@ describe('board state machine', () => {
     expect(events).toEqual(['boardOnline', 'jam:1:latch-not-released']);
   });
 
+  // An unlock whose write broke off (lock-bus.ts sendUnlock, WRITE_FAILED): the board may not have
+  // got it. Nothing is invented: no jam while that is unknown; once a poll shows the latch
+  // released, the board got the pulse and a door that did not open is a jam again.
+  it.each([
+    {
+      name: 'never seen released, door shut past the grace: unlockUnobserved, no jam',
+      polls: [
+        [700, true],
+        [10_200, true],
+        [20_000, true],
+      ] as const,
+      events: ['boardOnline', 'unlockUnobserved:1:item=false'],
+    },
+    {
+      name: 'released inside the grace (the board got it), door never opened: jam door-did-not-open',
+      polls: [
+        [300, false],
+        [900, true],
+        [10_100, true],
+      ] as const,
+      events: ['boardOnline', 'jam:1:door-did-not-open'],
+    },
+    {
+      name: 'the door opened: doorOpened commanded, nothing forced',
+      polls: [
+        [900, false],
+        [5_000, true],
+      ] as const,
+      events: ['boardOnline', 'doorOpened:1:cmd', 'doorClosed:1'],
+    },
+  ])('an unlock of uncertain delivery: $name', ({ polls, events: want }) => {
+    const { events } = run(initialBoard(0, 1), [
+      { kind: 'poll', at: 0, closed: [true], items: [false] },
+      { kind: 'unlockSent', at: 100, lock: 1, uncertain: true },
+      ...polls.map(([at, closed]) => ({ kind: 'poll' as const, at, closed: [closed], items: [false] })),
+    ]);
+    expect(events).toEqual(want);
+  });
+
   it('an unlock of a door already open starts no jam timer', () => {
     const { events } = run(initialBoard(0, 1), [
       { kind: 'poll', at: 0, closed: [false], items: [false] },

@@ -199,7 +199,8 @@ export class TechnicianActions extends EventEmitter<TechnicianActionsEvents> {
       throw new ActionError(409, 'CONFIRM', reason === 'item' ? 'the item sensor shows a parcel in this locker: confirm to open' : 'this locker is booked: confirm to open', { reason });
     }
     const r = await this.host.technicianOpen(ref);
-    this.journal({ action: 'open', ...ref, lockerUid: w.lockerUid, confirmed: confirm, outcome: r.ok ? 'ok' : r.error });
+    // OUTCOME_UNKNOWN: the write broke off; the lock may or may not have pulsed (watched as sent)
+    this.journal({ action: 'open', ...ref, lockerUid: w.lockerUid, confirmed: confirm, outcome: r.ok ? (r.uncertain ? 'OUTCOME_UNKNOWN' : 'ok') : r.error });
     if (!r.ok) throw new ActionError(r.error === 'UNKNOWN_LOCK' ? 404 : 503, r.error, r.message);
   }
 

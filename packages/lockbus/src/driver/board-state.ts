@@ -30,6 +30,7 @@ interface LockMem {
   sawRelease: boolean; // latch seen released since that unlock
   graceSeen: boolean; // a good poll fell inside the release grace window of that unlock
   blind: boolean; // a poll failed (or the board was offline) since that unlock: its outcome may be unseen
+  uncertain: boolean; // that unlock's write broke off: the board may not have got it (until a poll sees the latch released)
   lastCommandAt: number | null;
   openSince: number | null;
   leftOpenReported: boolean;
@@ -66,7 +67,7 @@ export type JamCause = 'latch-not-released' | 'door-did-not-open' | 'latch-not-s
 export type BoardInput =
   | { kind: 'poll'; at: number; closed: boolean[]; items: boolean[] | null }
   | { kind: 'pollFailed'; at: number; error: string }
-  /** uncertain: the write broke off, so whether the board got the pulse is not known (watched blind) */
+  /** uncertain: the write broke off, so whether the board got the pulse is not known (no jam until a poll shows it did) */
   | { kind: 'unlockSent'; at: number; lock: number | 'all'; uncertain?: boolean }
   | { kind: 'tick'; at: number };
 
@@ -95,6 +96,7 @@ export function initialBoard(board: number, lockCount: number): BoardState {
       sawRelease: false,
       graceSeen: false,
       blind: false,
+      uncertain: false,
       lastCommandAt: null,
       openSince: null,
       leftOpenReported: false,
@@ -121,6 +123,7 @@ function clearUnlock(l: LockMem): void {
   l.sawRelease = false;
   l.graceSeen = false;
   l.blind = false;
+  l.uncertain = false;
 }
 
 export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): { state: BoardState; events: BoardEvent[] } {
@@ -133,8 +136,9 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
     locks.forEach((l, i) => {
       const lock = i + 1;
       // while the board is offline nothing can be concluded: the jam waits for the next good poll;
-      // a blind lock never jams (its next good poll past the grace settles it, see 'poll')
-      if (l.unlockAt !== null && !l.blind && online === true && at - l.unlockAt >= cfg.jamWindowMs) {
+      // a blind lock never jams (its next good poll past the grace settles it, see 'poll'), nor
+      // one whose unlock may never have reached the board
+      if (l.unlockAt !== null && !l.blind && !l.uncertain && online === true && at - l.unlockAt >= cfg.jamWindowMs) {
         const cause: JamCause = l.sawRelease ? 'door-did-not-open' : l.graceSeen ? 'latch-not-released' : 'latch-not-seen';
         events.push({ type: 'jam', board, lock, afterMs: at - l.unlockAt, cause });
         clearUnlock(l);
@@ -157,9 +161,11 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
         if (l.door !== 'open') {
           clearUnlock(l);
           l.unlockAt = input.at;
-          // sent while the board cannot be read, or maybe not sent at all: its outcome is not
-          // watched from the start (no jam; the next good poll past the grace settles it)
-          l.blind = online === false || input.uncertain === true;
+          // sent while the board cannot be read: its outcome is not watched from the start
+          l.blind = online === false;
+          // maybe not sent at all: no jam either, until a poll sees the latch released (the board
+          // got the pulse); a shut door past the grace is unlockUnobserved
+          l.uncertain = input.uncertain === true;
         }
       }
       break;
@@ -204,8 +210,9 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
           if (l.unlockAt === null) return;
           if (at - l.unlockAt < cfg.releaseGraceMs) {
             l.graceSeen = true; // latch seen engaged inside the grace window
-          } else if (l.blind) {
-            // the unlock played out while the board could not be read; the door is shut now
+          } else if (l.blind || l.uncertain) {
+            // the unlock played out while the board could not be read, or may never have reached
+            // it; the door is shut now
             events.push({ type: 'unlockUnobserved', board, lock, afterMs: at - l.unlockAt, item });
             clearUnlock(l);
           }
@@ -215,6 +222,7 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
         if (l.unlockAt !== null && at - l.unlockAt < cfg.releaseGraceMs) {
           l.sawRelease = true; // latch released by our pulse; the door may or may not follow
           l.graceSeen = true;
+          l.uncertain = false; // the board got the pulse: watched as any unlock from here
           if (l.door === null) l.door = 'closed';
           return;
         }
