@@ -147,7 +147,7 @@ export interface TerminalClockColumns {
 
 /** What edge_terminals held before an online status arrived. */
 export interface TerminalClockRow {
-  /** highest seq received */
+  /** highest seq stored (written by the apply that follows the store: edge/ingest.ts) */
   last_seq: number | string;
   /** every event up to this seq is stored and applied (ordered delivery, migration 405): preferred */
   applied_seq?: number | string | null;

@@ -5,8 +5,8 @@
 //
 // 1. store: the batch's events are inserted into edge_events (deduplicated by event id); one
 //    COMMIT for the batch. The terminal's edge_terminals row is not written (only created, and
-//    its journal id set the first time one shows), so a store never waits for an apply holding
-//    that row. Only then is each event's handler resolved, which lets the broker send its PUBACK
+//    its journal id set the first time one shows), so a store does not wait for an apply holding
+//    that row (but for that first journal id). Only then is each event's handler resolved, which lets the broker send its PUBACK
 //    (beforeAck).
 // 2. apply: the terminals of stored batches are advanced, each from its applied_seq in its
 //    journal's seq order, in one transaction (one COMMIT, one fsync on SQLite, for up to
@@ -53,8 +53,12 @@ const PENDING_READ = 2000;
 const INSERT_CHUNK = 400;
 /** apply loops side by side on PostgreSQL (each holds a pool connection while it runs) */
 const APPLY_LOOPS_PG = 4;
-/** a terminal another instance is advancing is taken again after this long (PostgreSQL) */
+/**
+ * A terminal another instance is advancing is taken again after this long (PostgreSQL), doubled
+ * for each time in a row it was found busy, up to BUSY_RETRY_MAX_MS.
+ */
 const BUSY_RETRY_MS = 10;
+const BUSY_RETRY_MAX_MS = 500;
 
 interface Arrival {
   terminalId: string;
@@ -159,8 +163,10 @@ export class EventIngest {
   private readonly applying = new Set<Promise<void>>();
   /** terminals in an apply batch right now: no other loop of this instance takes them meanwhile */
   private readonly inApply = new Set<string>();
-  /** terminals skipped as busy, waiting out BUSY_RETRY_MS before they are queued again */
+  /** terminals skipped as busy, waiting out their back-off before they are queued again */
   private readonly busyRetries = new Set<Promise<void>>();
+  /** how many times in a row each terminal was found busy (cleared once it is advanced) */
+  private readonly busyRuns = new Map<string, number>();
   /** when each terminal was last asked to resend from a gap (ms) */
   private readonly resendAsked = new Map<string, number>();
   /** PostgreSQL transactions whose last event savepoint is not released yet (savepoint()) */
@@ -302,7 +308,10 @@ export class EventIngest {
         for (const id of batch.keys()) this.inApply.delete(id);
         for (const [id, e] of batch) {
           if (busy.has(id)) this.retryBusy(id, e);
-          else for (const w of e.waiters) w();
+          else {
+            this.busyRuns.delete(id);
+            for (const w of e.waiters) w();
+          }
         }
       }
       this.kickApply();
@@ -311,12 +320,16 @@ export class EventIngest {
 
   /**
    * Another instance holds the terminal's cursor row (PostgreSQL): queued again, with its journals
-   * and waiters, after BUSY_RETRY_MS. Its events stored here may be ones that instance's apply
-   * read too early to see, so they are not left to it.
+   * and waiters, after a back-off (BUSY_RETRY_MS, doubled each time in a row, at most
+   * BUSY_RETRY_MAX_MS). Its events stored here may be ones that instance's apply read too early to
+   * see, so they are not left to it.
    */
   private retryBusy(terminalId: string, e: { journals: Set<string | null>; events: number; waiters: (() => void)[] }): void {
     this.stats.busySkipped++;
-    const p: Promise<void> = new Promise<void>((r) => setTimeout(r, BUSY_RETRY_MS)).then(() => {
+    const runs = this.busyRuns.get(terminalId) ?? 0;
+    this.busyRuns.set(terminalId, runs + 1);
+    const delay = Math.min(BUSY_RETRY_MS * 2 ** runs, BUSY_RETRY_MAX_MS);
+    const p: Promise<void> = new Promise<void>((r) => setTimeout(r, delay)).then(() => {
       this.busyRetries.delete(p);
       for (const j of e.journals) this.queueApply(terminalId, j, 0);
       const q = this.toApply.get(terminalId)!;
