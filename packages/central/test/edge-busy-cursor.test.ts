@@ -5,11 +5,15 @@
 // not wait for it (the events are stored, their PUBACK can go); the apply must not wait for it
 // either: it skips that terminal, applies the batch's other terminals, and takes the skipped one
 // again until the row is free. Nothing is lost: the skipped terminal's events are applied, in
-// order, once, and its cursor (applied_seq, last_seq) and acknowledgement follow.
+// order, once, and its cursor (applied_seq, last_seq) and acknowledgement follow; and when the
+// instance stops while the terminal is still held, its events stay stored for the other
+// instance's retry sweep.
 import crypto from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventMessage, parseMessage } from '@locker/common';
+import { CentralService } from '../src/service';
+import { createLogger } from '../src/logger';
 import { createTestService, pgUrl, type TestService } from './support/harness';
 import { waitFor } from './support/wait';
 import { connectScriptedTerminal, type ScriptedTerminal } from './support/scripted-terminal';
@@ -89,5 +93,37 @@ const url = pgUrl();
       [3, 'stored'],
     ]);
     await waitFor(() => a1.got.some((g) => g.kind === 'eventAcks' && (g.body as { upTo: number }).upTo === 3), 'term-a1 acknowledged up to 3');
+  });
+
+  it('an instance that stops while the terminal is held leaves its events stored, and the other instance applies them', async () => {
+    const before = await cursor('term-a1');
+    await holder.query('BEGIN');
+    await holder.query("SELECT 1 FROM edge_terminals WHERE terminal_id = 'term-a1' FOR UPDATE");
+    const skipped = sync.ingest.stats.busySkipped;
+    await within(store([event('term-a1', before.applied + 1), event('term-a1', before.applied + 2)]), 5000, 'storing while the row is held');
+    await waitFor(() => sync.ingest.stats.busySkipped > skipped, 'term-a1 skipped');
+    // the stop does not wait for the row: the skipped terminal's retry finds the ingestion stopped
+    await within(t.svc.stop(), 10_000, 'stopping while another instance holds the cursor row');
+    await holder.query('COMMIT');
+    // read on the holder's connection: this service's pool is closed
+    const held = await holder.query("SELECT seq FROM edge_events WHERE terminal_id = 'term-a1' AND processed = 0 ORDER BY seq");
+    expect(held.rows.map((r) => Number(r.seq))).toEqual([before.applied + 1, before.applied + 2]);
+    const cur = await holder.query("SELECT applied_seq FROM edge_terminals WHERE terminal_id = 'term-a1'");
+    expect(Number(cur.rows[0].applied_seq)).toBe(before.applied);
+    // the other instance, on the same store: its retry sweep (edge.retrySeconds; the first at its start) applies them
+    const other = new CentralService({ config: { ...t.ctx.config, edge: { ...t.ctx.config.edge, retrySeconds: 1 } }, clock: t.clock, log: createLogger({ level: 'silent' }), pgSchema: t.pgSchema, startWorkers: true });
+    const octx = await other.start();
+    try {
+      const ocursor = async () => {
+        const r = await octx.db.kysely.selectFrom('edge_terminals').select(['applied_seq', 'last_seq']).where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow();
+        return { applied: Number(r.applied_seq), last: Number(r.last_seq) };
+      };
+      await waitFor(async () => (await ocursor()).applied === before.applied + 2, 'the other instance applied the stored events');
+      expect(await ocursor()).toEqual({ applied: before.applied + 2, last: before.applied + 2 });
+      const left = await octx.db.kysely.selectFrom('edge_events').select('seq').where('terminal_id', '=', 'term-a1').where('processed', '=', 0).execute();
+      expect(left).toEqual([]);
+    } finally {
+      await other.stop();
+    }
   });
 });
