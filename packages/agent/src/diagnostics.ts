@@ -271,8 +271,8 @@ export class DiagnosticsServer {
       const p = ActionOpenBody.safeParse(req.body);
       if (!p.success) return bad(reply, p.error);
       const { confirm, ...ref } = p.data;
-      await actions.open(ref, confirm === true);
-      return reply.send({ ok: true });
+      const { uncertain } = await actions.open(ref, confirm === true);
+      return reply.send(uncertain ? { ok: true, uncertain: true } : { ok: true });
     });
     action('door-test', async (req, reply, actions) => {
       const p = DoorTestBody.safeParse(req.body);
@@ -306,7 +306,7 @@ export class DiagnosticsServer {
         return reply.code(401).send({ ok: false, error: 'WRONG_PASSWORD', message: 'wrong technician password' });
       }
       const r = await this.opts.agent.technicianOpen(at);
-      this.opts.agent.technicianAction?.({ action: 'open', ...at, via: 'api/open', outcome: r.ok ? 'ok' : r.error });
+      this.opts.agent.technicianAction?.({ action: 'open', ...at, via: 'api/open', outcome: r.ok ? (r.uncertain ? 'OUTCOME_UNKNOWN' : 'ok') : r.error });
       if (!r.ok) return reply.code(r.error === 'UNKNOWN_LOCK' ? 404 : 503).send(r);
       return reply.send(r);
     });

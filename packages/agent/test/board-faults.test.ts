@@ -7,7 +7,6 @@
 // pulsed, so the code is accepted and its door watched; a door that opened is the drop-off's.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SimBus } from '@locker/firmware-sim';
-import { dialects } from '@locker/lockbus';
 import { World, codeEntry, waitFor } from './support/world';
 
 const FAULTS: { name: string; on: (sb: SimBus) => unknown; off: (sb: SimBus) => unknown }[] = [
@@ -104,23 +103,6 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
     expect(trail(lock, from)).not.toContain('jam');
   });
 
-  /** Runs `fn` while the agent's own port write of an unlock of `lock` breaks off: after the frame left, or before. */
-  async function whileUnlockWriteBreaks<T>(lock: number, after: boolean, fn: () => Promise<T>): Promise<T> {
-    const t = (w.agent.buses.bus('bus0') as unknown as { transport: { write(d: Buffer): Promise<void> } }).transport;
-    const orig = t.write;
-    const frame = dialects['kerong-cu16'].encodeRequest({ kind: 'unlock', board: 1, lock });
-    t.write = async function (this: unknown, d: Buffer) {
-      const ours = d.equals(frame);
-      if (ours && !after) throw Object.assign(new Error('EIO'), { code: 'EIO' });
-      await orig.call(this, d);
-      if (ours) throw Object.assign(new Error('EIO'), { code: 'EIO' });
-    };
-    try {
-      return await fn();
-    } finally {
-      t.write = orig;
-    }
-  }
   const presentAccepted = async (value: string) => {
     const r = await w.agent.presentCredential({ source: 'qr', value, reader: 'scan0' });
     expect(r, `refused: ${JSON.stringify(r)}`).toMatchObject({ accepted: true });
@@ -129,7 +111,7 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
   it('the unlock write breaks off after the frame left: the code is accepted and the drop-off reported, nothing forced', async () => {
     const lock = 14;
     const from = w.events().at(-1)?.seq ?? 0;
-    await whileUnlockWriteBreaks(lock, true, () => presentAccepted('QR-BF-WF-OUT'));
+    await w.whileUnlockWriteBreaks(1, lock, true, () => presentAccepted('QR-BF-WF-OUT'));
     const l = w.lock(1, lock);
     await waitFor(() => !l.state.latched || l.state.doorOpen, 'the board pulsed the lock', 5000);
     if (!l.state.doorOpen) l.openDoor();
@@ -148,7 +130,7 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
   it('the unlock write breaks off before the frame left: the door stays shut, the session ends not-seen-open, no jam', async () => {
     const lock = 15;
     const from = w.events().at(-1)?.seq ?? 0;
-    await whileUnlockWriteBreaks(lock, false, () => presentAccepted('QR-BF-WF-NONE'));
+    await w.whileUnlockWriteBreaks(1, lock, false, () => presentAccepted('QR-BF-WF-NONE'));
     const end = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'accessIncomplete' && e.lock === lock), 'accessIncomplete', 15_000);
     expect(end.reason).toBe('not-seen-open');
     expect(w.lock(1, lock).state.latched).toBe(true); // the board never got the pulse
@@ -163,7 +145,7 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
     const lock = 16;
     const from = w.events().at(-1)?.seq ?? 0;
     const cmd = { v: 1, type: 'unlock', commandId: 'cmd-wf', lockerUid: `locker-1-${lock}`, bus: 'bus0', board: 1, lock, shipmentUid: null, reason: 'api', issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 10_000).toISOString() };
-    const ack = await whileUnlockWriteBreaks(lock, true, async () => {
+    const ack = await w.whileUnlockWriteBreaks(1, lock, true, async () => {
       await w.publish('commands', cmd);
       return waitFor(() => w.received.find((r) => r.kind === 'acks' && r.body.commandId === 'cmd-wf'), 'ack', 8000);
     });

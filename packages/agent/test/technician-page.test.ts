@@ -229,6 +229,20 @@ d(`technician's page in headless Chromium at ${WIDTH} px${fs.existsSync(CHROMIUM
     await expect.poll(() => tile(0, 2).getAttribute('data-status'), { timeout: 8000 }).toBe('free');
   });
 
+  it('an open whose write to the board broke off says it is not sure and asks to check the door', async () => {
+    await closeDialogs();
+    await tile(0, 12).click();
+    await page.locator('#sheet').waitFor({ state: 'visible' });
+    await w.whileUnlockWriteBreaks(0, 12, true, async () => {
+      await page.click('#sheet-open');
+      await expect.poll(() => page.locator('#sheet-msg').textContent()).toContain('Not sure A12 opened');
+    });
+    expect(await page.locator('#sheet-msg').getAttribute('class')).toContain('warn');
+    await waitFor(() => w.lock(0, 12).state.doorOpen || !w.lock(0, 12).state.latched, 'the board pulsed 0/12');
+    await page.click('#sheet-close');
+    if (w.lock(0, 12).state.doorOpen) w.lock(0, 12).closeDoor();
+  });
+
   it('runs a door test over 4 lockers and reports the jammed one as a fault', async () => {
     await closeDialogs();
     w.sim.bus('bus0').faults.set({ jammedDoor: [{ board: 1, lock: 4 }] });

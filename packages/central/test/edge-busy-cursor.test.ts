@@ -110,10 +110,10 @@ const url = pgUrl();
     expect(held.rows.map((r) => Number(r.seq))).toEqual([before.applied + 1, before.applied + 2]);
     const cur = await holder.query("SELECT applied_seq FROM edge_terminals WHERE terminal_id = 'term-a1'");
     expect(Number(cur.rows[0].applied_seq)).toBe(before.applied);
-    // the other instance, on the same store: its retry sweep (edge.retrySeconds; the first at its start) applies them
-    const other = new CentralService({ config: { ...t.ctx.config, edge: { ...t.ctx.config.edge, retrySeconds: 1 } }, clock: t.clock, log: createLogger({ level: 'silent' }), pgSchema: t.pgSchema, startWorkers: true });
-    const octx = await other.start();
+    // the other instance, on the same store: its retry sweep (the first at its start, then every edge.retrySeconds) applies them
+    const other = new CentralService({ config: t.ctx.config, clock: t.clock, log: createLogger({ level: 'silent' }), pgSchema: t.pgSchema, startWorkers: true });
     try {
+      const octx = await other.start();
       const ocursor = async () => {
         const r = await octx.db.kysely.selectFrom('edge_terminals').select(['applied_seq', 'last_seq']).where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow();
         return { applied: Number(r.applied_seq), last: Number(r.last_seq) };

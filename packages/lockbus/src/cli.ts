@@ -286,25 +286,26 @@ async function run(argv: string[], out: (s: string) => void): Promise<number> {
         return EXIT.noAnswer;
       }
       let timer: NodeJS.Timeout | undefined;
-      const outcome = new Promise<string>((resolve) => {
-        bus.on('doorOpened', (e) => e.lock === lock && resolve(`door ${board}/${lock} opened`));
-        bus.on('jam', (e) => e.lock === lock && resolve(`no opening of ${board}/${lock} within ${watchMs} ms (jam: ${e.cause})`));
-        // an unlock whose write broke off never jams (the board may not have got it)
-        bus.on('unlockUnobserved', (e) => e.lock === lock && resolve(`door ${board}/${lock} still shut: whether the board got the unlock is not known`));
-        timer = setTimeout(() => resolve(`no outcome of ${board}/${lock} seen within ${watchMs + 2000} ms`), watchMs + 2000);
-      });
-      const before = bus.locks(board)[lock - 1];
-      const r = await bus.unlock(board, lock);
-      if (r.replyError === 'WRITE_FAILED') out(`unlock to board ${board} lock ${lock}: the write broke off; the lock may or may not have pulsed (not sent again)`);
-      else out(`unlock sent to board ${board} lock ${lock}${before?.door === 'open' ? ' (door was already open)' : ''}${r.reply ? `; board answered ${JSON.stringify(r.reply)}` : ''}`);
-      if (before?.door === 'open') {
+      try {
+        const outcome = new Promise<string>((resolve) => {
+          bus.on('doorOpened', (e) => e.lock === lock && resolve(`door ${board}/${lock} opened`));
+          bus.on('jam', (e) => e.lock === lock && resolve(`no opening of ${board}/${lock} within ${watchMs} ms (jam: ${e.cause})`));
+          // no jam is concluded for an unlock that was not watched (a failed poll) or may not have
+          // reached the board (its write broke off): the door is found shut
+          bus.on('unlockUnobserved', (e) => e.lock === lock && resolve(`door ${board}/${lock} found shut: the unlock was not seen to open it`));
+          timer = setTimeout(() => resolve(`no outcome of ${board}/${lock} seen within ${watchMs + 2000} ms`), watchMs + 2000);
+        });
+        const before = bus.locks(board)[lock - 1];
+        const r = await bus.unlock(board, lock);
+        if (r.replyError === 'WRITE_FAILED') out(`unlock to board ${board} lock ${lock}: the write broke off; the lock may or may not have pulsed (not sent again)`);
+        else out(`unlock sent to board ${board} lock ${lock}${before?.door === 'open' ? ' (door was already open)' : ''}${r.reply ? `; board answered ${JSON.stringify(r.reply)}` : ''}`);
+        if (before?.door === 'open') return EXIT.ok;
+        const msg = await outcome;
+        out(msg);
+        return msg.includes('opened') ? EXIT.ok : EXIT.noAnswer;
+      } finally {
         clearTimeout(timer);
-        return EXIT.ok;
       }
-      const msg = await outcome;
-      clearTimeout(timer);
-      out(msg);
-      return msg.includes('opened') ? EXIT.ok : EXIT.noAnswer;
     } finally {
       await bus.stop();
     }

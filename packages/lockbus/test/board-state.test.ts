@@ -92,6 +92,20 @@ describe('board state machine', () => {
       events: ['boardOnline', 'jam:1:door-did-not-open'],
     },
     {
+      name: 'latch seen engaged inside the grace, shut past it: unlockUnobserved (no latch-not-released jam: the board may not have got it)',
+      polls: [
+        [300, true],
+        [900, true],
+        [10_200, true],
+      ] as const,
+      events: ['boardOnline', 'unlockUnobserved:1:item=false'],
+    },
+    {
+      name: 'released inside the grace, then a failed poll: blind, so unlockUnobserved, no jam',
+      polls: [[300, false], [600, null], [900, true], [10_200, true]] as const,
+      events: ['boardOnline', 'unlockUnobserved:1:item=false'],
+    },
+    {
       name: 'the door opened: doorOpened commanded, nothing forced',
       polls: [
         [900, false],
@@ -103,7 +117,7 @@ describe('board state machine', () => {
     const { events } = run(initialBoard(0, 1), [
       { kind: 'poll', at: 0, closed: [true], items: [false] },
       { kind: 'unlockSent', at: 100, lock: 1, uncertain: true },
-      ...polls.map(([at, closed]) => ({ kind: 'poll' as const, at, closed: [closed], items: [false] })),
+      ...polls.map(([at, closed]): BoardInput => (closed === null ? { kind: 'pollFailed', at, error: 'NO_REPLY' } : { kind: 'poll', at, closed: [closed], items: [false] })),
     ]);
     expect(events).toEqual(want);
   });

@@ -319,7 +319,11 @@
   async function openLocker(l, confirm) {
     say($('sheet-msg'), `Opening ${labelOf(l)}…`);
     const r = await api('/api/actions/open', { bus: l.bus, board: l.board, lock: l.lock, ...(confirm ? { confirm: true } : {}) });
-    if (r.status === 200 && r.body.ok !== false) {
+    if (r.status === 200 && r.body.uncertain) {
+      // the write to the board broke off: the lock may or may not have pulsed
+      say($('sheet-msg'), `Not sure ${labelOf(l)} opened: the connection to its board broke off. Check the door before trying again.`, 'warn');
+      say($('msg'), `Not sure ${labelOf(l)} (${l.bus}/${l.board}/${l.lock}) opened: check the door.`, 'warn');
+    } else if (r.status === 200 && r.body.ok !== false) {
       say($('sheet-msg'), `Opened ${labelOf(l)}.`, 'ok');
       say($('msg'), `Opened ${labelOf(l)} (${l.bus}/${l.board}/${l.lock}).`, 'ok');
     } else if (r.status === 409 && r.body.error === 'CONFIRM') {

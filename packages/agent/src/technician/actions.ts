@@ -187,7 +187,8 @@ export class TechnicianActions extends EventEmitter<TechnicianActionsEvents> {
   }
 
   /** Opens one locker; CONFIRM (409) first when its item sensor shows a parcel or it is booked. */
-  async open(ref: LockRef, confirm: boolean): Promise<void> {
+  /** uncertain: the write to the board broke off, so the lock may or may not have pulsed (its door is watched) */
+  async open(ref: LockRef, confirm: boolean): Promise<{ uncertain: boolean }> {
     const w = this.entry(ref);
     if (!w) {
       this.journal({ action: 'open', ...ref, outcome: 'UNKNOWN_LOCK' });
@@ -202,6 +203,7 @@ export class TechnicianActions extends EventEmitter<TechnicianActionsEvents> {
     // OUTCOME_UNKNOWN: the write broke off; the lock may or may not have pulsed (watched as sent)
     this.journal({ action: 'open', ...ref, lockerUid: w.lockerUid, confirmed: confirm, outcome: r.ok ? (r.uncertain ? 'OUTCOME_UNKNOWN' : 'ok') : r.error });
     if (!r.ok) throw new ActionError(r.error === 'UNKNOWN_LOCK' ? 404 : 503, r.error, r.message);
+    return { uncertain: r.uncertain === true };
   }
 
   private claim(what: string): void {

@@ -7,6 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { Simulator } from '@locker/firmware-sim';
+import { dialects } from '@locker/lockbus';
 import { hashCode, parseEdgeTopic, type CodeEntry } from '@locker/common';
 import { Agent } from '../../src/agent';
 import { AgentConfigSchema, type AgentConfig, type AgentConfigInput } from '../../src/config';
@@ -173,6 +174,27 @@ export class World {
   async snapshot(codes: CodeEntry[], version = 1, epoch = 'epoch-1'): Promise<void> {
     await this.publish('codes', { v: 1, type: 'snapshot', epoch, version, at: new Date().toISOString(), codes });
     await waitFor(() => this.agent.state().codes.version === version && this.agent.state().codes.epoch === epoch, `codes version ${version}`);
+  }
+
+  /**
+   * Runs `fn` while the agent's own port write of an unlock of board/lock (bus0, CU16) breaks off:
+   * after the frame left (the board got it), or before (it did not). The driver sees WRITE_FAILED.
+   */
+  async whileUnlockWriteBreaks<T>(board: number, lock: number, after: boolean, fn: () => Promise<T>): Promise<T> {
+    const t = (this.agent.buses.bus('bus0') as unknown as { transport: { write(d: Buffer): Promise<void> } }).transport;
+    const orig = t.write;
+    const frame = dialects['kerong-cu16'].encodeRequest({ kind: 'unlock', board, lock });
+    t.write = async function (this: unknown, d: Buffer) {
+      const ours = d.equals(frame);
+      if (ours && !after) throw Object.assign(new Error('EIO'), { code: 'EIO' });
+      await orig.call(this, d);
+      if (ours) throw Object.assign(new Error('EIO'), { code: 'EIO' });
+    };
+    try {
+      return await fn();
+    } finally {
+      t.write = orig;
+    }
   }
 
   lock(board: number, lock: number) {

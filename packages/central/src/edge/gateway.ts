@@ -87,6 +87,8 @@ export class MqttTerminalGateway implements TerminalGateway {
     if (!ack) return { ok: false, code: 'TERMINAL_TIMEOUT', message: `the terminal did not answer within ${this.opts.timeoutMs} ms` };
     if (ack.ok) return { ok: true };
     if (ack.error === 'EXPIRED') return { ok: false, code: 'TERMINAL_TIMEOUT', message: `the terminal received the command too late (${ack.message})` };
+    // the terminal's write to the board broke off (or the command was begun before its restart)
+    if (ack.error === 'OUTCOME_UNKNOWN') return { ok: false, code: 'OUTCOME_UNKNOWN', message: `the lock may or may not have opened (${ack.message})` };
     return { ok: false, code: 'HARDWARE_FAULT', message: `${ack.error}: ${ack.message}` };
   }
 }

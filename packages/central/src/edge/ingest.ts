@@ -163,8 +163,10 @@ export class EventIngest {
   private readonly applying = new Set<Promise<void>>();
   /** terminals in an apply batch right now: no other loop of this instance takes them meanwhile */
   private readonly inApply = new Set<string>();
-  /** terminals skipped as busy, waiting out their back-off before they are queued again */
+  /** terminals skipped as busy, waiting out their back-off before they are queued again (idle() waits for them) */
   private readonly busyRetries = new Set<Promise<void>>();
+  /** the pending retry of each busy terminal: a terminal found busy again meanwhile joins it (one timer per terminal) */
+  private readonly busyPending = new Map<string, { journals: Set<string | null>; events: number; waiters: (() => void)[] }>();
   /** how many times in a row each terminal was found busy (cleared once it is advanced) */
   private readonly busyRuns = new Map<string, number>();
   /** when each terminal was last asked to resend from a gap (ms) */
@@ -286,6 +288,7 @@ export class EventIngest {
         // stopped: what is stored stays unprocessed, the next start's retry applies it
         for (const e of this.toApply.values()) for (const w of e.waiters) w();
         this.toApply.clear();
+        this.busyRuns.clear();
         continue;
       }
       const batch = new Map<string, { journals: Set<string | null>; events: number; waiters: (() => void)[] }>();
@@ -326,15 +329,26 @@ export class EventIngest {
    */
   private retryBusy(terminalId: string, e: { journals: Set<string | null>; events: number; waiters: (() => void)[] }): void {
     this.stats.busySkipped++;
+    const pending = this.busyPending.get(terminalId);
+    if (pending) {
+      // a retry is already waiting (another loop's batch found it busy too): one timer per terminal
+      for (const j of e.journals) pending.journals.add(j);
+      pending.events += e.events;
+      pending.waiters.push(...e.waiters);
+      return;
+    }
+    const mine = { journals: new Set(e.journals), events: e.events, waiters: [...e.waiters] };
+    this.busyPending.set(terminalId, mine);
     const runs = this.busyRuns.get(terminalId) ?? 0;
     this.busyRuns.set(terminalId, runs + 1);
     const delay = Math.min(BUSY_RETRY_MS * 2 ** runs, BUSY_RETRY_MAX_MS);
     const p: Promise<void> = new Promise<void>((r) => setTimeout(r, delay)).then(() => {
       this.busyRetries.delete(p);
-      for (const j of e.journals) this.queueApply(terminalId, j, 0);
+      this.busyPending.delete(terminalId);
+      for (const j of mine.journals) this.queueApply(terminalId, j, 0);
       const q = this.toApply.get(terminalId)!;
-      q.events += e.events;
-      q.waiters.push(...e.waiters);
+      q.events += mine.events;
+      q.waiters.push(...mine.waiters);
       this.kick();
     });
     this.busyRetries.add(p);

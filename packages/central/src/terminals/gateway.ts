@@ -10,7 +10,7 @@ export interface UnlockCommand {
   reason: 'api' | 'simulate';
 }
 
-export type UnlockResult = { ok: true } | { ok: false; code: 'TERMINAL_OFFLINE' | 'TERMINAL_TIMEOUT' | 'HARDWARE_FAULT'; message: string };
+export type UnlockResult = { ok: true } | { ok: false; code: 'TERMINAL_OFFLINE' | 'TERMINAL_TIMEOUT' | 'HARDWARE_FAULT' | 'OUTCOME_UNKNOWN'; message: string };
 
 export interface TerminalGateway {
   unlock(cmd: UnlockCommand): Promise<UnlockResult>;

@@ -11,6 +11,9 @@
 // opened and shut again unseen, so it never yields a jam. Its first good poll at or after the
 // release grace settles the unlock: door open = doorOpened (commanded); door closed =
 // unlockUnobserved with what the item sensor shows now (item events of that poll come first).
+// An unlock whose write broke off is "uncertain": the board may not have got it, so it yields no
+// jam either, settled the same way, until a poll inside the grace sees the latch released (the
+// board got it: watched as any unlock from there).
 
 export type DoorState = 'open' | 'closed' | 'unknown';
 export type LatchState = 'engaged' | 'released' | 'unknown';

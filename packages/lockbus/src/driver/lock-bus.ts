@@ -511,9 +511,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
         return { sentAt, reply: null, replyError: e.code };
       }
       // The write broke off (the adapter vanished mid-drain, or the drain never returned): the
-      // whole frame may have reached the board. Treated as sent, never repeated, and watched
-      // without a jam window, so a door that opens is the unlock's and not forced, and a door
-      // that stays shut is unlockUnobserved, never a jam.
+      // whole frame may have reached the board. Treated as sent and never repeated, so a door
+      // that opens is the unlock's and not forced; no jam is concluded until a poll sees the latch
+      // released (board-state.ts `uncertain`): a door still shut past the grace is
+      // unlockUnobserved.
       if (!sentAt && e.code === 'WRITE_FAILED') {
         sent(true);
         return { sentAt, reply: null, replyError: e.code };
