@@ -6,22 +6,22 @@
 // 1. store: the batch's events are inserted into edge_events (deduplicated by event id); one
 //    COMMIT for the batch. The terminal's edge_terminals row is not written (only created, and
 //    its journal id set the first time one shows), so a store does not wait for an apply holding
-//    that row (but for that first journal id). Only then is each event's handler resolved, which lets the broker send its PUBACK
-//    (beforeAck).
+//    that row (but for that first journal id). Only then is each event's handler resolved, which
+//    lets the broker send its PUBACK (beforeAck).
 // 2. apply: the terminals of stored batches are advanced, each from its applied_seq in its
 //    journal's seq order, in one transaction (one COMMIT, one fsync on SQLite, for up to
 //    APPLY_MAX events): the cursor row is read once per terminal (row-locked on PostgreSQL, so
 //    instances sharing the work advance a terminal one at a time: a terminal another instance is
 //    advancing is skipped, not waited for, and taken again shortly), its unprocessed events are
 //    read once, each event is applied, and the cursor (with last_seq, the highest seq stored) is
-//    written once. After the COMMIT, each terminal
-//    gets one down/eventAcks with its committed prefix. The batch runs first without a savepoint
-//    per event; should an event fail, that attempt is rolled back whole and the batch runs again
-//    with each event inside a SAVEPOINT (a failing one is rolled back alone: rejected for good
-//    when the shipment service refuses it, left unprocessed and retried when it failed for a
-//    transient reason, which holds its later events). A savepoint per event was most of an
-//    event's cost: on SQLite each RELEASE walks the batch's in-memory sub-journal (O(n^2) in
-//    the batch), on PostgreSQL it is round trips.
+//    written once. After the COMMIT, each terminal gets one down/eventAcks with its committed
+//    prefix. The batch runs first without a savepoint per event; should an event fail, that
+//    attempt is rolled back whole and the batch runs again with each event inside a SAVEPOINT
+//    (a failing one is rolled back alone: rejected for good when the shipment service refuses
+//    it, left unprocessed and retried when it failed for a transient reason, which holds its
+//    later events). A savepoint per event was most of an event's cost: on SQLite each RELEASE
+//    walks the batch's in-memory sub-journal (O(n^2) in the batch), on PostgreSQL it is round
+//    trips.
 //
 // A store batch that fails is stored again event by event (a bad event cannot keep the others'
 // PUBACK back); an apply batch that fails is applied again terminal by terminal. Door events run
