@@ -122,18 +122,18 @@ const CURSOR_SQL = 'SELECT e.applied_seq, e.last_seq, e.journal_id, e.gap_since,
  */
 const CURSOR_LOCK_PG = `${CURSOR_SQL} FOR UPDATE OF e SKIP LOCKED`;
 const CURSOR_EXISTS = 'SELECT 1 AS n FROM edge_terminals WHERE terminal_id = ?';
-/** a provisioned terminal with its cursor (last_seq null: no edge_terminals row yet) */
+/** a provisioned terminal and the journal id of its edge_terminals row (has_row null: no row yet) */
 interface CursorOfRow {
   id: string;
-  last_seq: number | string | null;
+  has_row: string | null;
   journal_id: string | null;
 }
 interface StoreResult {
   fresh: Set<string>;
   unknown: Set<string>;
 }
-const STORE_CURSOR_SQLITE = 'SELECT t.id, e.last_seq, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ?';
-const STORE_CURSORS_PG = 'SELECT t.id, e.last_seq, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ANY(?)';
+const STORE_CURSOR_SQLITE = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ?';
+const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ANY(?)';
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
@@ -420,12 +420,13 @@ export class EventIngest {
     const pg = this.ctx.db.engine === 'postgres';
     const now = this.nowDb();
     const ids = [...new Set(all.map((a) => a.terminalId))];
-    const cursors = new Map<string, { last_seq: number; journal_id: string | null }>();
-    // the provisioned terminals with their cursors (null: no edge_terminals row yet)
+    // the provisioned terminals with an edge_terminals row, and its journal id (the store writes
+    // nothing else of it)
+    const journalOf = new Map<string, string | null>();
     const noCursor: string[] = [];
     const take = (r: CursorOfRow) => {
-      if (r.last_seq === null) noCursor.push(r.id);
-      else cursors.set(r.id, { last_seq: Number(r.last_seq), journal_id: r.journal_id ?? null });
+      if (r.has_row === null) noCursor.push(r.id);
+      else journalOf.set(r.id, r.journal_id ?? null);
     };
     if (pg) for (const r of (await exec<CursorOfRow>(STORE_CURSORS_PG, [ids])).rows) take(r);
     else for (const id of ids) for (const r of (await exec<CursorOfRow>(STORE_CURSOR_SQLITE, [id])).rows) take(r);
@@ -433,10 +434,10 @@ export class EventIngest {
       for (const id of noCursor) await exec(EDGE_TERMINAL_INSERT, [id, newUid(), now]);
       for (const id of noCursor) {
         const r = (await exec<CursorOfRow>(STORE_CURSOR_SQLITE, [id])).rows[0];
-        if (r && r.last_seq !== null) take(r);
+        if (r && r.has_row !== null) take(r);
       }
     }
-    const unknown = new Set(ids.filter((id) => !cursors.has(id)));
+    const unknown = new Set(ids.filter((id) => !journalOf.has(id)));
     const arrivals = unknown.size ? all.filter((a) => !unknown.has(a.terminalId)) : all;
     const seen = new Set<string>();
     const rows = [];
@@ -470,7 +471,7 @@ export class EventIngest {
     const journals = new Map<string, string>();
     for (const a of arrivals) {
       const journalId = a.ev.journalId ?? null;
-      if (journalId && fresh.has(a.ev.eventId) && cursors.get(a.terminalId)!.journal_id == null && !journals.has(a.terminalId)) journals.set(a.terminalId, journalId);
+      if (journalId && fresh.has(a.ev.eventId) && journalOf.get(a.terminalId) == null && !journals.has(a.terminalId)) journals.set(a.terminalId, journalId);
     }
     // in the order of terminal ids, as the apply locks them: fewer deadlocks between instances (PostgreSQL retries those)
     for (const id of [...journals.keys()].sort()) await exec(PATCH_JOURNAL, [journals.get(id)!, id]);
