@@ -69,6 +69,18 @@ describe('board state machine', () => {
     expect(events).toEqual(['boardOnline', 'jam:1:latch-not-released']);
   });
 
+  it.each([false, true])('a door opened and shut between two polls, the item moved (uncertain unlock: %s): unlockUnobserved with the item, never a jam', (uncertain) => {
+    // a courier faster than the poll: the latch seen released, then the door shut again with a parcel in
+    const { events } = run(initialBoard(0, 1), [
+      { kind: 'poll', at: 0, closed: [true], items: [false] },
+      { kind: 'unlockSent', at: 100, lock: 1, uncertain },
+      { kind: 'poll', at: 300, closed: [false], items: [false] },
+      { kind: 'poll', at: 900, closed: [true], items: [true] },
+      { kind: 'poll', at: 10_200, closed: [true], items: [true] },
+    ]);
+    expect(events).toEqual(['boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true']);
+  });
+
   // An unlock whose write broke off (lock-bus.ts sendUnlock, WRITE_FAILED): the board may not have
   // got it. Nothing is invented: no jam while that is unknown; once a poll shows the latch
   // released, the board got the pulse and a door that did not open is a jam again.

@@ -7,7 +7,8 @@
 // released". A low bit seen later, or with no unlock pending, is an open door.
 //
 // Only what was observed is concluded. A lock whose board could not be read at some point since
-// its pending unlock was sent (a failed poll, or the board offline) is "blind": the door may have
+// its pending unlock was sent (a failed poll, or the board offline), or whose item moved while
+// its door was never seen open (opened and shut between two polls), is "blind": the door may have
 // opened and shut again unseen, so it never yields a jam. Its first good poll at or after the
 // release grace settles the unlock: door open = doorOpened (commanded); door closed =
 // unlockUnobserved with what the item sensor shows now (item events of that poll come first).
@@ -202,6 +203,9 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
           events.push({ type: item ? 'itemPlaced' : 'itemRemoved', board, lock });
           // an unlock pending means the door was commanded open (maybe seen, maybe not): not forced
           if (!wasOpen && l.unlockAt === null && !commanded(l, at, cfg)) events.push({ type: 'forcedOpen', board, lock, reason: 'item' });
+          // the item moved, so the door opened, between two polls: that unlock's opening went
+          // unseen, which is never a jam (its poll past the grace settles it as unlockUnobserved)
+          if (!wasOpen && l.unlockAt !== null) l.blind = true;
         }
         l.item = item;
         if (closedBit) {
