@@ -18,7 +18,8 @@ import { parseCliArgs } from '@locker/common';
 import { dialects, isDialectName, type Dialect } from './codec/index';
 import { LockBus, type Polarity } from './driver/lock-bus';
 import { LockBusError } from './errors';
-import { resolveBaudRate } from './transport/factory';
+import { createTransport, resolveBaudRate } from './transport/factory';
+import type { Transport } from './transport/types';
 import { DEFAULT_AGENT_STATE_DIRS, findPortHolder, type PortClaim } from './port-claim';
 
 export const EXIT = { ok: 0, error: 1, usage: 2, inUse: 2, noAnswer: 3 } as const;
@@ -165,9 +166,19 @@ export function formatReport(r: ScanReport): string {
   return lines.join('\n');
 }
 
-export async function main(argv: string[], out: (s: string) => void = (s) => console.log(s), err: (s: string) => void = (s) => console.error(s)): Promise<number> {
+/** What the CLI opens its port with (the bin: createTransport; a test wraps it to inject a fault into the real link). */
+export interface CliDeps {
+  createTransport: (port: string, opts: { baudRate: number }) => Transport;
+}
+
+export async function main(
+  argv: string[],
+  out: (s: string) => void = (s) => console.log(s),
+  err: (s: string) => void = (s) => console.error(s),
+  deps: CliDeps = { createTransport },
+): Promise<number> {
   try {
-    return await run(argv, out);
+    return await run(argv, out, deps);
   } catch (e) {
     if (e instanceof InUseError) {
       err(`locker-lockbus: ${e.message}`);
@@ -179,7 +190,7 @@ export async function main(argv: string[], out: (s: string) => void = (s) => con
   }
 }
 
-async function run(argv: string[], out: (s: string) => void): Promise<number> {
+async function run(argv: string[], out: (s: string) => void, deps: CliDeps): Promise<number> {
   const [cmd, ...rest] = argv;
   if (cmd === '--help' || cmd === '-h' || cmd === 'help') {
     out(USAGE);
@@ -251,7 +262,7 @@ async function run(argv: string[], out: (s: string) => void): Promise<number> {
     if (cmd === 'scan') {
       const bus = new LockBus({
         name: 'scan',
-        port: port!,
+        transport: deps.createTransport(port!, { baudRate }),
         dialect: d,
         baudRate,
         polarity,
@@ -271,7 +282,7 @@ async function run(argv: string[], out: (s: string) => void): Promise<number> {
       }
     }
     // unlock
-    const bus = new LockBus({ name: 'cli', port: port!, dialect: d, baudRate, polarity, boards: [{ address: board, locks: Math.max(locks, lock) }], failIfPortMissing: true, jamWindowMs: watchMs, logger });
+    const bus = new LockBus({ name: 'cli', transport: deps.createTransport(port!, { baudRate }), dialect: d, baudRate, polarity, boards: [{ address: board, locks: Math.max(locks, lock) }], failIfPortMissing: true, jamWindowMs: watchMs, logger });
     await bus.start();
     try {
       await new Promise<void>((resolve) => {

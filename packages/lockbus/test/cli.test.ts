@@ -6,8 +6,9 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Simulator } from '@locker/firmware-sim';
-import { EXIT, main, parseBoards } from '../src/cli';
+import { EXIT, main, parseBoards, type CliDeps } from '../src/cli';
 import { dialects } from '../src/index';
+import { createTransport } from '../src/transport/factory';
 
 /** the repository root (the bin is run from there, whatever the clone's path) */
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
@@ -26,14 +27,38 @@ describe('locker-lockbus CLI', () => {
     sim.bus('g').reset();
   });
 
-  async function run(args: string[]) {
+  async function run(args: string[], deps?: CliDeps) {
     const lines: string[] = [];
     const code = await main(
       args,
       (s) => lines.push(s),
       (s) => lines.push(s),
+      deps,
     );
     return { code, text: lines.join('\n') };
+  }
+
+  /**
+   * The real pty, with the write of one unlock frame hooked: `before` runs before the frame is
+   * written, and the write fails (EIO, as a USB adapter vanishing mid-drain) before the frame left
+   * or after it did.
+   */
+  function hookUnlockWrite(board: number, lock: number, how: { breaks?: 'before' | 'after'; before?: () => void }): CliDeps {
+    const frame = dialects['kerong-cu16'].encodeRequest({ kind: 'unlock', board, lock });
+    return {
+      createTransport(port, opts) {
+        const t = createTransport(port, opts);
+        const write = t.write.bind(t);
+        t.write = async (d: Buffer) => {
+          const ours = d.equals(frame);
+          if (ours) how.before?.();
+          if (ours && how.breaks === 'before') throw Object.assign(new Error('EIO: i/o error, write'), { code: 'EIO' });
+          await write(d);
+          if (ours && how.breaks === 'after') throw Object.assign(new Error('EIO: i/o error, write'), { code: 'EIO' });
+        };
+        return t;
+      },
+    };
   }
 
   it('scan lists the boards that answer, open locks and items', async () => {
@@ -100,6 +125,39 @@ describe('locker-lockbus CLI', () => {
     expect(text).toContain('door 2/7 opened');
     expect(code).toBe(0);
     expect(cu.lock(2, 7).state.doorOpen).toBe(true);
+  });
+
+  it('unlock whose write broke off after the frame left: said so, not sent again, the door seen to open: exit 0', async () => {
+    const cu = sim.bus('cu');
+    const { code, text } = await run(['unlock', '--port', cu.path!, '--dialect', 'kerong-cu16', '--board', '2', '--lock', '7', '--watch', '3000'], hookUnlockWrite(2, 7, { breaks: 'after' }));
+    expect(text).toContain('unlock to board 2 lock 7: the write broke off; the lock may or may not have pulsed (not sent again)');
+    expect(text).not.toContain('unlock sent to board');
+    expect(text).toContain('door 2/7 opened');
+    expect(code).toBe(EXIT.ok);
+    expect(cu.lock(2, 7).state.doorOpen).toBe(true);
+  });
+
+  it('unlock whose write broke off before the frame left: no jam claimed, the door found shut: exit 3', async () => {
+    const cu = sim.bus('cu');
+    const { code, text } = await run(['unlock', '--port', cu.path!, '--dialect', 'kerong-cu16', '--board', '0', '--lock', '5', '--watch', '3000'], hookUnlockWrite(0, 5, { breaks: 'before' }));
+    expect(text).toContain('unlock to board 0 lock 5: the write broke off; the lock may or may not have pulsed (not sent again)');
+    expect(text).toContain('door 0/5 found shut: the unlock was not seen to open it');
+    expect(text).not.toContain('jam');
+    expect(code).toBe(EXIT.noAnswer);
+    expect(cu.lock(0, 5).state.doorOpen).toBe(false);
+  });
+
+  it('unlock to a board that drops off the bus as it is sent: no outcome, it stops waiting at --watch + 2 s: exit 3', async () => {
+    const cu = sim.bus('cu');
+    const started = Date.now();
+    const { code, text } = await run(['unlock', '--port', cu.path!, '--dialect', 'kerong-cu16', '--board', '2', '--lock', '3', '--watch', '500'], hookUnlockWrite(2, 3, { before: () => cu.faults.set({ offlineBoards: [2] }) }));
+    const took = Date.now() - started;
+    expect(text).toContain('unlock sent to board 2 lock 3');
+    expect(text).toContain('no outcome of 2/3 seen within 2500 ms');
+    expect(code).toBe(EXIT.noAnswer);
+    expect(cu.lock(2, 3).state.doorOpen).toBe(false);
+    expect(took).toBeGreaterThanOrEqual(2500);
+    expect(took).toBeLessThan(10_000);
   });
 
   it('a missing port: exit 1 with PORT_OPEN_FAILED', async () => {
