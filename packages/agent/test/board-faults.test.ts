@@ -25,7 +25,11 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
       codeEntry(`bf-drop-${i}`, 'DropOff', `QR-BF-DROP-${i}`, { board: 1, lock: i + 1 }),
       codeEntry(`bf-give-${i}`, 'DropOff', `QR-BF-GIVE-${i}`, { board: 1, lock: i + 9 }),
     ]);
-    codes.push(codeEntry('bf-wf-out', 'DropOff', 'QR-BF-WF-OUT', { board: 1, lock: 14 }), codeEntry('bf-wf-none', 'DropOff', 'QR-BF-WF-NONE', { board: 1, lock: 15 }));
+    codes.push(
+      codeEntry('bf-wf-out', 'DropOff', 'QR-BF-WF-OUT', { board: 1, lock: 14 }),
+      codeEntry('bf-wf-none', 'DropOff', 'QR-BF-WF-NONE', { board: 1, lock: 15 }),
+      codeEntry('bf-jam-flicker', 'PickUp', 'QR-BF-JAM-FLICKER', { board: 1, lock: 6 }),
+    );
     await w.snapshot(codes, 1, 'epoch-bf');
   });
   afterAll(async () => {
@@ -60,7 +64,7 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
       .events()
       .filter((e) => e.seq > from && e.board === 1 && (e.lock === lock || e.lock === undefined))
       .map((e) => e.type)
-      .filter((t) => ['doorOpened', 'doorClosed', 'itemPlaced', 'unlockUnobserved', 'jam', 'forcedOpen', 'dropOff', 'accessIncomplete'].includes(t));
+      .filter((t) => ['doorOpened', 'doorClosed', 'itemPlaced', 'itemRemoved', 'unlockUnobserved', 'jam', 'forcedOpen', 'dropOff', 'pickUp', 'accessIncomplete'].includes(t));
 
   it.each(FAULTS.map((f, i) => [f.name, f, i] as const))('%s: the drop-off is reported when the board answers again, no jam', async (_n, fault, i) => {
     const lock = i + 1;
@@ -115,6 +119,9 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
     const l = w.lock(1, lock);
     await waitFor(() => !l.state.latched || l.state.doorOpen, 'the board pulsed the lock', 5000);
     if (!l.state.doorOpen) l.openDoor();
+    // a courier holds the door open longer than a poll: the agent sees it open (a door cycle
+    // quicker than the poll proves nothing, lockbus board-state.ts)
+    await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'doorOpened' && e.lock === lock), 'doorOpened', 8000);
     l.putItem();
     l.closeDoor();
     const drop = await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'dropOff'), 'dropOff', 15_000);
@@ -139,6 +146,36 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
     expect(t).toContain('unlockUnobserved');
     expect(t).not.toContain('jam');
     expect(t).not.toContain('dropOff');
+  });
+
+  it('a jammed door tugged at, the parcel shifting off its sensor for a moment: a jam and no pick-up, the parcel still inside', async () => {
+    const lock = 6;
+    const l = w.lock(1, lock);
+    const bus = w.agent.buses.bus('bus0');
+    l.putItem();
+    await waitFor(() => bus.locks(1)[lock - 1]?.item === true, 'the parcel seen in the locker', 5000);
+    const from = w.events().at(-1)?.seq ?? 0;
+    sb().faults.set({ jammedDoor: [{ board: 1, lock }] });
+    try {
+      await presentAccepted('QR-BF-JAM-FLICKER');
+      await waitFor(() => bus.locks(1)[lock - 1]?.latch === 'released', 'the latch seen released by the pulse', 5000);
+      await waitFor(() => bus.locks(1)[lock - 1]?.latch === 'engaged', 'the latch engaged again after the pulse', 5000);
+      await new Promise((r) => setTimeout(r, 450)); // past the release grace (pulse 300 + 100 ms), inside the jam window (1,500 ms)
+      // the customer tugs at the door: the parcel leaves its sensor for a poll or two, then settles back
+      l.takeItem();
+      await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'itemRemoved' && e.lock === lock), 'itemRemoved', 5000);
+      l.putItem();
+      // the session's end: an invented pick-up ended it before this rule
+      const end = await waitFor(() => w.events().find((e) => e.seq > from && (e.type === 'accessIncomplete' || e.type === 'pickUp') && e.lock === lock), 'the session ended', 15_000);
+      expect(end).toMatchObject({ type: 'accessIncomplete', reason: 'door-did-not-open' });
+    } finally {
+      sb().faults.clear();
+    }
+    const t = trail(lock, from);
+    expect(t).toContain('jam');
+    expect(t).not.toContain('pickUp');
+    expect(t).not.toContain('unlockUnobserved');
+    expect(l.state.doorOpen).toBe(false);
   });
 
   it('a central unlock command whose write breaks off after the frame left: answered OUTCOME_UNKNOWN, the door it opened not forced', async () => {

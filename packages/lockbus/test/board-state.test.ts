@@ -2,14 +2,18 @@
 import { describe, expect, it } from 'vitest';
 import { boardStep, initialBoard, viewLocks, type BoardConfig, type BoardInput, type BoardState } from '../src/index';
 
-const cfg: BoardConfig = { offlineAfter: 3, releaseGraceMs: 600, jamWindowMs: 10_000, doorLeftOpenMs: 60_000, commandWindowMs: 10_000 };
+// the table's polls stand for a steady poll loop (nothing changed between two rows), so the gap
+// that makes a pending unlock blind is set far out; the rows of that rule use GAP_CFG
+const cfg: BoardConfig = { offlineAfter: 3, releaseGraceMs: 600, jamWindowMs: 10_000, doorLeftOpenMs: 60_000, commandWindowMs: 10_000, unwatchedGapMs: 60_000 };
+/** the driver's default for a 500 ms poll interval */
+const GAP_CFG: BoardConfig = { ...cfg, unwatchedGapMs: 1500 };
 const closedAll = (n: number, open: number[] = []) => Array.from({ length: n }, (_, i) => !open.includes(i + 1));
 const items = (n: number, full: number[] = []) => Array.from({ length: n }, (_, i) => full.includes(i + 1));
 
-function run(s: BoardState, inputs: BoardInput[]) {
+function run(s: BoardState, inputs: BoardInput[], config: BoardConfig = cfg) {
   const events: string[] = [];
   for (const i of inputs) {
-    const r = boardStep(s, i, cfg);
+    const r = boardStep(s, i, config);
     s = r.state;
     for (const e of r.events) {
       events.push(
@@ -69,16 +73,64 @@ describe('board state machine', () => {
     expect(events).toEqual(['boardOnline', 'jam:1:latch-not-released']);
   });
 
-  it.each([false, true])('a door opened and shut between two polls, the item moved (uncertain unlock: %s): unlockUnobserved with the item, never a jam', (uncertain) => {
-    // a courier faster than the poll: the latch seen released, then the door shut again with a parcel in
-    const { events } = run(initialBoard(0, 1), [
-      { kind: 'poll', at: 0, closed: [true], items: [false] },
-      { kind: 'unlockSent', at: 100, lock: 1, uncertain },
-      { kind: 'poll', at: 300, closed: [false], items: [false] },
-      { kind: 'poll', at: 900, closed: [true], items: [true] },
-      { kind: 'poll', at: 10_200, closed: [true], items: [true] },
-    ]);
+  /** a poll every 500 ms from `from` to `to`, the door shut, the item as `item(at)` says */
+  const steadyPolls = (from: number, to: number, item: (at: number) => boolean): BoardInput[] =>
+    Array.from({ length: Math.floor((to - from) / 500) + 1 }, (_, k) => from + k * 500).map((at) => ({ kind: 'poll', at, closed: [true], items: [item(at)] }));
+
+  it.each([false, true])('an item reading that flickers while a jammed door is read shut at a steady poll proves nothing: a jam, never an outcome (uncertain unlock: %s)', (uncertain) => {
+    // a customer tugging at a door whose latch released but which did not open shifts the parcel
+    // off its sensor for one poll: no door cycle fits between two polls 500 ms apart
+    const { events } = run(
+      initialBoard(0, 1),
+      [
+        { kind: 'poll', at: 0, closed: [true], items: [true] },
+        { kind: 'unlockSent', at: 100, lock: 1, uncertain },
+        { kind: 'poll', at: 300, closed: [false], items: [true] },
+        ...steadyPolls(800, 10_300, (at) => at !== 1300),
+      ],
+      GAP_CFG,
+    );
+    expect(events).toEqual(['boardOnline', 'itemRemoved:1', 'itemPlaced:1', 'jam:1:door-did-not-open']);
+  });
+
+  it.each([false, true])('a poll loop stalled past unwatchedGapMs with an unlock pending: blind, so the door shut again with the item moved is unlockUnobserved with the item, no jam (uncertain unlock: %s)', (uncertain) => {
+    // the latch seen released, then no good poll for 2 s (a stalled loop): a courier opened the
+    // door, put the parcel in and shut it unseen; the item proves it
+    const { events } = run(
+      initialBoard(0, 1),
+      [
+        { kind: 'poll', at: 0, closed: [true], items: [false] },
+        { kind: 'unlockSent', at: 100, lock: 1, uncertain },
+        { kind: 'poll', at: 300, closed: [false], items: [false] },
+        ...steadyPolls(2300, 10_300, () => true),
+      ],
+      GAP_CFG,
+    );
     expect(events).toEqual(['boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true']);
+  });
+
+  it('no good poll for unwatchedGapMs since the unlock: blind; a tick in the gap concludes no jam, the next poll settles it', () => {
+    const { events } = run(
+      initialBoard(0, 1),
+      [
+        { kind: 'poll', at: 0, closed: [true], items: [false] },
+        { kind: 'unlockSent', at: 100, lock: 1 },
+        { kind: 'tick', at: 10_100 },
+        { kind: 'poll', at: 10_200, closed: [true], items: [true] },
+        { kind: 'poll', at: 10_700, closed: [true], items: [true] },
+      ],
+      GAP_CFG,
+    );
+    expect(events).toEqual(['boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true']);
+  });
+
+  it('polls steady, nothing moved: the same unlock is a jam under the gap rule too', () => {
+    const { events } = run(
+      initialBoard(0, 1),
+      [{ kind: 'poll', at: 0, closed: [true], items: [false] }, { kind: 'unlockSent', at: 100, lock: 1 }, ...steadyPolls(300, 10_300, () => false)],
+      GAP_CFG,
+    );
+    expect(events).toEqual(['boardOnline', 'jam:1:latch-not-released']);
   });
 
   // An unlock whose write broke off (lock-bus.ts sendUnlock, WRITE_FAILED): the board may not have

@@ -7,9 +7,12 @@
 // released". A low bit seen later, or with no unlock pending, is an open door.
 //
 // Only what was observed is concluded. A lock whose board could not be read at some point since
-// its pending unlock was sent (a failed poll, or the board offline), or whose item moved while
-// its door was never seen open (opened and shut between two polls), is "blind": the door may have
-// opened and shut again unseen, so it never yields a jam. Its first good poll at or after the
+// its pending unlock was sent (a failed poll, or the board offline), or was not read for
+// `unwatchedGapMs` or longer (two good polls that far apart: a stalled poll loop), is "blind": the
+// door may have opened and shut again unseen, so it never yields a jam. An item sensor that
+// changes while the board is read steadily proves nothing about the door (a parcel shifted by a
+// customer tugging at a jammed door, a flickering sensor): no door cycle fits between two polls a
+// poll interval apart. Its first good poll at or after the
 // release grace settles the unlock: door open = doorOpened (commanded); door closed =
 // unlockUnobserved with what the item sensor shows now (item events of that poll come first).
 // An unlock whose write broke off is "uncertain": the board may not have got it, so it yields no
@@ -44,6 +47,7 @@ export interface BoardState {
   board: number;
   online: boolean | null; // null = not polled yet
   failures: number;
+  lastPollAt: number | null; // the last good poll (null = none yet)
   locks: LockMem[];
 }
 
@@ -58,6 +62,12 @@ export interface BoardConfig {
   doorLeftOpenMs: number | null;
   /** An item or door change within this long after a command is not "forced". */
   commandWindowMs: number;
+  /**
+   * A pending unlock not read for this long (since it was sent, or between two good polls) is
+   * blind: a door cycle (open, parcel in or out, shut) fits in the gap unseen. Well above the poll
+   * interval, below the quickest door cycle a person makes.
+   */
+  unwatchedGapMs: number;
 }
 
 /**
@@ -92,6 +102,7 @@ export function initialBoard(board: number, lockCount: number): BoardState {
     board,
     online: null,
     failures: 0,
+    lastPollAt: null,
     locks: Array.from({ length: lockCount }, () => ({
       door: null,
       latch: null,
@@ -134,9 +145,18 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
   const events: BoardEvent[] = [];
   const board = s.board;
   const locks = s.locks.map((l) => ({ ...l }));
-  let { online, failures } = s;
+  let { online, failures, lastPollAt } = s;
+
+  // a pending unlock not read for unwatchedGapMs (since it was sent, or since the last good poll):
+  // its door may have opened and shut in the gap, unseen
+  const markUnwatched = (at: number) => {
+    for (const l of locks) {
+      if (l.unlockAt !== null && at - Math.max(l.unlockAt, lastPollAt ?? l.unlockAt) >= cfg.unwatchedGapMs) l.blind = true;
+    }
+  };
 
   const checkTimers = (at: number) => {
+    markUnwatched(at);
     locks.forEach((l, i) => {
       const lock = i + 1;
       // while the board is offline nothing can be concluded: the jam waits for the next good poll;
@@ -192,6 +212,8 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
         events.push({ type: 'boardOnline', board });
       }
       failures = 0;
+      markUnwatched(at);
+      lastPollAt = at;
       locks.forEach((l, i) => {
         const lock = i + 1;
         const closedBit = input.closed[i];
@@ -203,9 +225,6 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
           events.push({ type: item ? 'itemPlaced' : 'itemRemoved', board, lock });
           // an unlock pending means the door was commanded open (maybe seen, maybe not): not forced
           if (!wasOpen && l.unlockAt === null && !commanded(l, at, cfg)) events.push({ type: 'forcedOpen', board, lock, reason: 'item' });
-          // the item moved, so the door opened, between two polls: that unlock's opening went
-          // unseen, which is never a jam (its poll past the grace settles it as unlockUnobserved)
-          if (!wasOpen && l.unlockAt !== null) l.blind = true;
         }
         l.item = item;
         if (closedBit) {
@@ -252,5 +271,5 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
       checkTimers(input.at);
       break;
   }
-  return { state: { board, online, failures, locks }, events };
+  return { state: { board, online, failures, lastPollAt, locks }, events };
 }

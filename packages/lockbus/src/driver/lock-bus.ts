@@ -87,6 +87,12 @@ export interface LockBusOptions {
   doorLeftOpenMs?: number | null;
   /** A change this soon after a command is not forced. Default jamWindowMs. */
   commandWindowMs?: number;
+  /**
+   * A pending unlock whose board was not read for this long (two good polls this far apart, a
+   * stalled poll loop) is blind, as after a failed poll: no jam, its outcome settled by the door and
+   * item seen next. Default max(1500, 3 x pollIntervalMs).
+   */
+  unwatchedGapMs?: number;
   /** Reopen a lost port with exponential back-off. Defaults 250 ms doubling to 10 s. */
   reconnect?: { initialMs?: number; maxMs?: number; factor?: number };
   /** start() rejects when the first open fails (wiring check). Default false: keep retrying. */
@@ -250,6 +256,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       jamWindowMs,
       doorLeftOpenMs: opts.doorLeftOpenMs === undefined ? 120_000 : opts.doorLeftOpenMs,
       commandWindowMs: opts.commandWindowMs ?? jamWindowMs,
+      unwatchedGapMs: opts.unwatchedGapMs ?? Math.max(1500, 3 * (opts.pollIntervalMs ?? 500)),
     };
     this.t = {
       pollIntervalMs: opts.pollIntervalMs ?? 500,
