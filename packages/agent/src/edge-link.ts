@@ -73,6 +73,8 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
   private wasConnected = false;
   /** the highest seq published on this connection (acknowledged or not) */
   private cursor = 0;
+  /** bumped whenever the cursor is set back (resendFrom): a publish in flight then must not move it forward again */
+  private rewinds = 0;
   /** when the central service last acknowledged events / an event was last published (ms) */
   private lastAckAt = 0;
   private lastPublishAt = 0;
@@ -291,6 +293,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     }
     // what was published on the last connection and not acknowledged goes again, in order
     this.cursor = 0;
+    this.rewinds++;
     this.emit('connected');
     this.kick();
   }
@@ -324,6 +327,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     if (ack.resendFrom !== undefined && ack.resendFrom - 1 < this.cursor) {
       this.log.warn({ from: ack.resendFrom }, 'the central service misses an event: sending again from there');
       this.cursor = ack.resendFrom - 1;
+      this.rewinds++;
     }
     this.kick();
   }
@@ -397,6 +401,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
         await this.waitForWake(waiting ? Math.min(1000, this.opts.publishTimeoutMs) : 5000);
         continue;
       }
+      const rewinds = this.rewinds;
       try {
         // resolves on PUBACK (flow control only); if the connection drops meanwhile, mqtt.js
         // re-sends it on the next connection
@@ -412,7 +417,9 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
           acked.catch(() => undefined);
         }
         if (!this.running && !client.connected) return;
-        this.cursor = Math.max(this.cursor, row.seq);
+        // a resendFrom that came while this publish waited for its PUBACK set the cursor back:
+        // it stays there, so the drain sends again from the seq the central service misses
+        if (this.rewinds === rewinds) this.cursor = Math.max(this.cursor, row.seq);
         this.lastPublishAt = Date.now();
         this.log.debug({ seq: row.seq, type: row.type }, 'event published');
       } catch (err) {

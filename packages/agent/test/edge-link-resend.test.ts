@@ -1,0 +1,98 @@
+// The central service's resendFrom (down/eventAcks: "I miss seq N, send again from there") is
+// followed at once even when it arrives while an event publish waits for its PUBACK: that publish's
+// PUBACK must not carry the drain's cursor past the seq asked for again (before, the events from
+// resendFrom went again only after publishTimeoutMs). A real aedes broker whose authorizePublish
+// holds one publish's PUBACK; the agent's own EdgeLink and store.
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Aedes } from 'aedes';
+import pino from 'pino';
+import { afterEach, describe, expect, it } from 'vitest';
+import { edgeTopics } from '@locker/common';
+import { EdgeLink } from '../src/edge-link';
+import { AgentStore } from '../src/store';
+
+const TERMINAL = 'term-resend';
+
+async function waitFor<T>(fn: () => T | undefined | false, what: string, ms: number): Promise<T> {
+  const start = Date.now();
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() - start > ms) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('EdgeLink: resendFrom during a publish in flight', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  it('the events from resendFrom go again at once, not after publishTimeoutMs', async () => {
+    /** the seq of every event publish the broker took, in order of arrival */
+    const seqs: number[] = [];
+    let holdSeq: number | null = 3;
+    let release: (() => void) | null = null;
+    const aedes = await Aedes.createBroker({
+      authorizePublish: (_client, packet, cb) => {
+        if (!packet.topic.endsWith('/up/events')) return cb(null);
+        const seq = (JSON.parse(packet.payload.toString()) as { seq: number }).seq;
+        seqs.push(seq);
+        // the first publish of `holdSeq` waits for its PUBACK until released
+        if (seq === holdSeq) {
+          holdSeq = null;
+          release = () => cb(null);
+          return;
+        }
+        cb(null);
+      },
+    });
+    const server = net.createServer((s) => aedes.handle(s as never));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(async () => {
+      await new Promise<void>((r) => aedes.close(() => r()));
+      await new Promise<void>((r) => server.close(() => r()));
+    });
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agent-resend-'));
+    const store = new AgentStore(path.join(dir, 'agent.db'));
+    store.open();
+    cleanups.push(() => {
+      store.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    });
+    for (let i = 1; i <= 3; i++) store.append('doorOpened', { bus: 'bus0', board: 0, lock: i, commanded: true }, new Date());
+    const at = new Date().toISOString();
+    const link = new EdgeLink({
+      url: `mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+      terminalId: TERMINAL,
+      secret: 'not-checked-by-this-broker',
+      keepaliveSeconds: 30,
+      reconnectMs: 1000,
+      connectTimeoutMs: 5000,
+      // far beyond the test's waits: a resend seen here is resendFrom's, not the timeout's
+      publishTimeoutMs: 60_000,
+      store,
+      log: pino({ level: 'silent' }),
+      status: () => ({ v: 1, state: 'online', terminalId: TERMINAL, agentVersion: 'test', startedAt: at, at, codes: { epoch: null, version: 0, count: 0 }, journal: { unsent: 0, lastSeq: 0 }, buses: [] }),
+    });
+    cleanups.push(() => link.stop());
+    await link.start();
+
+    // 1 and 2 published, 3 waiting for its PUBACK
+    await waitFor(() => seqs.includes(3) && release, 'seq 3 held by the broker', 10_000);
+    expect(seqs).toEqual([1, 2, 3]);
+    // the central service committed 1 and misses 2: it asks for 2 again while 3 is in flight
+    await new Promise<void>((resolve, reject) =>
+      aedes.publish({ cmd: 'publish', topic: edgeTopics.down(TERMINAL, 'eventAcks'), payload: Buffer.from(JSON.stringify({ v: 1, journalId: store.journalId(), upTo: 1, resendFrom: 2, at })), qos: 1, retain: false, dup: false }, (err) => (err ? reject(err) : resolve())),
+    );
+    await waitFor(() => store.unsentCount() === 2, 'seq 1 marked sent', 5000);
+    release!();
+    // 2 and 3 go again, in order, well before publishTimeoutMs
+    await waitFor(() => seqs.length >= 5, 'the events from seq 2 published again', 5000);
+    expect(seqs.slice(0, 5)).toEqual([1, 2, 3, 2, 3]);
+  });
+});
