@@ -1,8 +1,9 @@
 // The agent's local store: one SQLite file (better-sqlite3, WAL, synchronous=FULL so a commit
 // survives a power cut). It holds the access-code cache (validated offline), the durable event
 // journal (written before publishing; marked sent only when the central service acknowledges it
-// on down/eventAcks, never on a broker PUBACK), the executed commands (at-most-once unlocks), the failed-attempt counters and the locker list the central service pushed (names,
-// sizes, service and shipment state: down/lockers).
+// on down/eventAcks, never on a broker PUBACK), the executed commands (at-most-once unlocks),
+// the failed-attempt counters and the locker list the central service pushed (names, sizes,
+// service and shipment state: down/lockers).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
