@@ -7,7 +7,7 @@
 // an area was measured on the heap, the JIT state and whatever timers and sockets the areas before
 // it left behind (the twenty-seventh session saw PostgreSQL's GetShipments p99 at 53 / 61 ms in the
 // full bench against 22-49 ms in area runs). Now every area starts as it does when run alone.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -37,6 +37,15 @@ const files = fs
   .filter((f) => only.length === 0 || only.some((o) => f.includes(o)))
   .sort();
 
+/** the area's process while one runs: a SIGTERM or SIGINT of the run ends it too (no orphaned servers or loads) */
+let running: ChildProcess | null = null;
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    running?.kill(signal);
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  });
+}
+
 /** One area in a child process with this process's loader flags (tsx, --conditions). */
 function runArea(file: string): Promise<AreaResult> {
   const out = path.join(os.tmpdir(), `locker-bench-${process.pid}-${file}.json`);
@@ -46,8 +55,10 @@ function runArea(file: string): Promise<AreaResult> {
       env: { ...process.env, BENCH_AREA_CHILD: file, BENCH_AREA_OUT: out },
       stdio: ['ignore', 'inherit', 'inherit'],
     });
+    running = p;
     p.on('error', reject);
     p.on('exit', (code, signal) => {
+      running = null;
       let res: AreaResult | undefined;
       try {
         res = JSON.parse(fs.readFileSync(out, 'utf8')) as AreaResult;

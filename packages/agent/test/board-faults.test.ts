@@ -157,10 +157,12 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
     const from = w.events().at(-1)?.seq ?? 0;
     sb().faults.set({ jammedDoor: [{ board: 1, lock }] });
     try {
+      const presented = Date.now();
       await presentAccepted('QR-BF-JAM-FLICKER');
       await waitFor(() => bus.locks(1)[lock - 1]?.latch === 'released', 'the latch seen released by the pulse', 5000);
       await waitFor(() => bus.locks(1)[lock - 1]?.latch === 'engaged', 'the latch engaged again after the pulse', 5000);
-      await new Promise((r) => setTimeout(r, 450)); // past the release grace (pulse 300 + 100 ms), inside the jam window (1,500 ms)
+      // past the release grace (pulse 300 + 100 ms), well inside the jam window (1,500 ms)
+      await new Promise((r) => setTimeout(r, Math.max(0, presented + 450 - Date.now())));
       // the customer tugs at the door: the parcel leaves its sensor for a poll or two, then settles back
       l.takeItem();
       await waitFor(() => w.events().find((e) => e.seq > from && e.type === 'itemRemoved' && e.lock === lock), 'itemRemoved', 5000);
@@ -172,7 +174,9 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
       sb().faults.clear();
     }
     const t = trail(lock, from);
-    expect(t).toContain('jam');
+    // the flicker came while the unlock was pending (before its jam), or this showed nothing
+    expect(t.indexOf('itemRemoved')).toBeGreaterThanOrEqual(0);
+    expect(t.indexOf('itemRemoved')).toBeLessThan(t.indexOf('jam'));
     expect(t).not.toContain('pickUp');
     expect(t).not.toContain('unlockUnobserved');
     expect(l.state.doorOpen).toBe(false);

@@ -109,6 +109,35 @@ describe('board state machine', () => {
     expect(events).toEqual(['boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true']);
   });
 
+  it('a door cycle inside the release grace and the next poll (under unwatchedGapMs): not taken for an opening, a jam', () => {
+    // the latch seen released at 300, the door shut with a parcel in at 800: 700 ms of door unseen,
+    // less than any door cycle with a parcel; the item alone proves nothing (the row above)
+    const { events } = run(
+      initialBoard(0, 1),
+      [{ kind: 'poll', at: 0, closed: [true], items: [false] }, { kind: 'unlockSent', at: 100, lock: 1 }, { kind: 'poll', at: 300, closed: [false], items: [false] }, ...steadyPolls(800, 10_300, () => true)],
+      GAP_CFG,
+    );
+    expect(events).toEqual(['boardOnline', 'itemPlaced:1', 'jam:1:door-did-not-open']);
+  });
+
+  it('a release grace as long as unwatchedGapMs (a long pulse): the low bits inside it do not show the door, so the unlock is blind and the item settles it', () => {
+    // pulse 1,500 ms, grace 1,600: the door opened, the parcel went in and the door shut while only
+    // the latch could be read
+    const { events } = run(
+      initialBoard(0, 1),
+      [
+        { kind: 'poll', at: 0, closed: [true], items: [false] },
+        { kind: 'unlockSent', at: 100, lock: 1 },
+        { kind: 'poll', at: 300, closed: [false], items: [false] },
+        { kind: 'poll', at: 800, closed: [false], items: [false] },
+        { kind: 'poll', at: 1300, closed: [false], items: [true] },
+        ...steadyPolls(1800, 11_800, () => true),
+      ],
+      { ...GAP_CFG, releaseGraceMs: 1600 },
+    );
+    expect(events).toEqual(['boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true']);
+  });
+
   it('no good poll for unwatchedGapMs since the unlock: blind; a tick in the gap concludes no jam, the next poll settles it', () => {
     const { events } = run(
       initialBoard(0, 1),

@@ -7,14 +7,15 @@
 // released". A low bit seen later, or with no unlock pending, is an open door.
 //
 // Only what was observed is concluded. A lock whose board could not be read at some point since
-// its pending unlock was sent (a failed poll, or the board offline), or was not read for
-// `unwatchedGapMs` or longer (two good polls that far apart: a stalled poll loop), is "blind": the
-// door may have opened and shut again unseen, so it never yields a jam. An item sensor that
-// changes while the board is read steadily proves nothing about the door (a parcel shifted by a
-// customer tugging at a jammed door, a flickering sensor): no door cycle fits between two polls a
-// poll interval apart. Its first good poll at or after the
+// its pending unlock was sent (a failed poll, or the board offline), or whose door was not seen for
+// `unwatchedGapMs` or longer (no good poll that long; a low bit inside the release grace shows the
+// latch, not the door: a stalled poll loop, or a grace that long), is "blind": the door may have
+// opened and shut again unseen, so it never yields a jam. Its first good poll at or after the
 // release grace settles the unlock: door open = doorOpened (commanded); door closed =
 // unlockUnobserved with what the item sensor shows now (item events of that poll come first).
+// An item sensor that changes while the door is seen steadily proves nothing about the door (a
+// parcel shifted by a customer tugging at a jammed door, a flickering sensor): no door cycle with
+// a parcel put in or taken out fits in less than unwatchedGapMs.
 // An unlock whose write broke off is "uncertain": the board may not have got it, so it yields no
 // jam either, settled the same way, until a poll inside the grace sees the latch released (the
 // board got it: watched as any unlock from there).
@@ -38,6 +39,7 @@ interface LockMem {
   graceSeen: boolean; // a good poll fell inside the release grace window of that unlock
   blind: boolean; // a poll failed (or the board was offline) since that unlock: its outcome may be unseen
   uncertain: boolean; // that unlock's write broke off: the board may not have got it (until a poll sees the latch released)
+  doorSeenAt: number | null; // the last good poll that showed the door (not a low bit inside an unlock's release grace: that is the latch)
   lastCommandAt: number | null;
   openSince: number | null;
   leftOpenReported: boolean;
@@ -47,7 +49,6 @@ export interface BoardState {
   board: number;
   online: boolean | null; // null = not polled yet
   failures: number;
-  lastPollAt: number | null; // the last good poll (null = none yet)
   locks: LockMem[];
 }
 
@@ -63,9 +64,10 @@ export interface BoardConfig {
   /** An item or door change within this long after a command is not "forced". */
   commandWindowMs: number;
   /**
-   * A pending unlock not read for this long (since it was sent, or between two good polls) is
-   * blind: a door cycle (open, parcel in or out, shut) fits in the gap unseen. Well above the poll
-   * interval, below the quickest door cycle a person makes.
+   * A pending unlock whose door was not seen for this long (since it was sent, or since the last
+   * good poll that showed the door) is blind: a door cycle (open, parcel in or out, shut) fits in
+   * the gap unseen. Above the release grace plus a poll interval, below the quickest door cycle
+   * with a parcel.
    */
   unwatchedGapMs: number;
 }
@@ -102,7 +104,6 @@ export function initialBoard(board: number, lockCount: number): BoardState {
     board,
     online: null,
     failures: 0,
-    lastPollAt: null,
     locks: Array.from({ length: lockCount }, () => ({
       door: null,
       latch: null,
@@ -112,6 +113,7 @@ export function initialBoard(board: number, lockCount: number): BoardState {
       graceSeen: false,
       blind: false,
       uncertain: false,
+      doorSeenAt: null,
       lastCommandAt: null,
       openSince: null,
       leftOpenReported: false,
@@ -145,13 +147,14 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
   const events: BoardEvent[] = [];
   const board = s.board;
   const locks = s.locks.map((l) => ({ ...l }));
-  let { online, failures, lastPollAt } = s;
+  let { online, failures } = s;
 
-  // a pending unlock not read for unwatchedGapMs (since it was sent, or since the last good poll):
+  // a pending unlock whose door was not seen for unwatchedGapMs (since it was sent, or since the
+  // last good poll that showed the door: a low bit inside the release grace shows the latch only):
   // its door may have opened and shut in the gap, unseen
   const markUnwatched = (at: number) => {
     for (const l of locks) {
-      if (l.unlockAt !== null && at - Math.max(l.unlockAt, lastPollAt ?? l.unlockAt) >= cfg.unwatchedGapMs) l.blind = true;
+      if (l.unlockAt !== null && at - Math.max(l.unlockAt, l.doorSeenAt ?? l.unlockAt) >= cfg.unwatchedGapMs) l.blind = true;
     }
   };
 
@@ -213,11 +216,12 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
       }
       failures = 0;
       markUnwatched(at);
-      lastPollAt = at;
       locks.forEach((l, i) => {
         const lock = i + 1;
         const closedBit = input.closed[i];
         if (closedBit === undefined) return;
+        // a low bit inside the release grace is the latch: the door itself is not seen by it
+        if (closedBit || l.unlockAt === null || at - l.unlockAt >= cfg.releaseGraceMs) l.doorSeenAt = at;
         const wasOpen = l.door === 'open';
         // items first: an item placed and the door closed between two polls is a normal delivery
         const item = input.items ? (input.items[i] ?? null) : null;
@@ -271,5 +275,5 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
       checkTimers(input.at);
       break;
   }
-  return { state: { board, online, failures, lastPollAt, locks }, events };
+  return { state: { board, online, failures, locks }, events };
 }

@@ -88,9 +88,9 @@ export interface LockBusOptions {
   /** A change this soon after a command is not forced. Default jamWindowMs. */
   commandWindowMs?: number;
   /**
-   * A pending unlock whose board was not read for this long (two good polls this far apart, a
-   * stalled poll loop) is blind, as after a failed poll: no jam, its outcome settled by the door and
-   * item seen next. Default max(1500, 3 x pollIntervalMs).
+   * A pending unlock whose door was not seen for this long (no good poll: a stalled poll loop; a low
+   * bit inside the release grace shows only the latch) is blind, as after a failed poll: no jam, its
+   * outcome settled by the door and item seen next. Default max(1500, 3 x pollIntervalMs).
    */
   unwatchedGapMs?: number;
   /** Reopen a lost port with exponential back-off. Defaults 250 ms doubling to 10 s. */
