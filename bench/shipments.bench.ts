@@ -212,6 +212,11 @@ interface EngineResult {
   note: string;
 }
 
+/** Two floor runs on either side of the endpoint's load as one: the mean rate, counts summed, the later run's latencies. */
+function bracketed(before: Load, after: Load): Load {
+  return { ...after, rps: (before.rps + after.rps) / 2, ok: before.ok + after.ok, non2xx: before.non2xx + after.non2xx, errors: before.errors + after.errors };
+}
+
 /** The booking SQL floor (booking-floor.bench.ts, event-loop variant) on a fresh store. */
 async function floorRun(): Promise<Load> {
   const { template, variant } = await import('./booking-floor.bench');
@@ -342,6 +347,10 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const sync = engine === 'sqlite' ? (['OFF', 'NORMAL', 'FULL', 'EXTRA'][Number(ctx.db.sqlite!.pragma('synchronous', { simple: true }))] ?? '?') : 'n/a (synchronous_commit default)';
 
     const base = await baseline();
+    // SQLite: the floor both before and after the endpoint's bookings (each on a fresh store), the
+    // ratio taken against their mean: one floor run beside it moved the ratio by a fifth from run
+    // to run (0.71-0.93 in the twenty-eighth session, the booking itself steadier than its floor)
+    const floorBefore = engine === 'sqlite' ? await floorRun() : undefined;
     // PostgreSQL: one booking's statements, captured for the SQL floor (pgbench) run after the endpoint's
     const captured = recorder ? await captureBooking(recorder, svc, ctx.db, pups[PG_FLOOR_PUPS[0]]!, user, headers) : undefined;
     // the event loop's longest stalls while bookings run: a checkpoint inside a COMMIT stops it
@@ -369,8 +378,16 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
     const pendingOutbox = Number((await ctx.db.kysely.selectFrom('callback_outbox').select((eb) => eb.fn.countAll<number>().as('n')).where('status', '=', 'pending').executeTakeFirst())?.n ?? 0);
     // the floor right after the endpoint: SQLite on a fresh store provisioned the same way,
     // PostgreSQL on this store (at PUPs the endpoint's load did not reach)
-    const floor = engine === 'sqlite' ? await floorRun() : captured ? await pgFloorRun(ctx.db, pgSchema!, captured) : undefined;
-    const floorNote = engine === 'postgres' ? (floor ? `; SQL floor: the captured booking's statements replayed by pgbench, ${POOL} connections, ${floor.ok} bookings after ${POOL * PG_FLOOR_WARM} of warm-up, average latency ${floor.p50.toFixed(1)} ms` : '; SQL floor: pgbench not installed') : floor ? `; floor ${floor.ok} bookings` : '';
+    const floorAfter = engine === 'sqlite' ? await floorRun() : captured ? await pgFloorRun(ctx.db, pgSchema!, captured) : undefined;
+    const floor = floorBefore && floorAfter ? bracketed(floorBefore, floorAfter) : floorAfter;
+    const floorNote =
+      engine === 'postgres'
+        ? floor
+          ? `; SQL floor: the captured booking's statements replayed by pgbench, ${POOL} connections, ${floor.ok} bookings after ${POOL * PG_FLOOR_WARM} of warm-up, average latency ${floor.p50.toFixed(1)} ms`
+          : '; SQL floor: pgbench not installed'
+        : floorBefore && floorAfter
+          ? `; SQL floor ${Math.round(floorBefore.rps).toLocaleString('en')} bookings/s before the endpoint's bookings and ${Math.round(floorAfter.rps).toLocaleString('en')} after (the table: their mean), ${floorBefore.ok + floorAfter.ok} bookings`
+          : '';
     const runner = shipmentService(ctx).tx.inner;
     const batching = runner instanceof SqliteGroupCommitRunner ? `, group commit: ${runner.stats.jobs} jobs in ${runner.stats.batches} transactions (mean ${(runner.stats.jobs / Math.max(1, runner.stats.batches)).toFixed(1)}, max ${runner.stats.maxBatch})` : '';
 
@@ -407,7 +424,7 @@ export default async function (): Promise<{ title: string; markdown: string }> {
   const f = (n: number) => Math.round(n).toLocaleString('en');
   const r = (a: number, b: number) => (a / b).toFixed(2);
   const lines = [
-    `${DURATION_S} s per run, ${CONNECTIONS} connections, autocannon in a separate process (bench/load-child.mjs) over loopback, the bare route loaded the same way; ${PUPS} PUPs x ${LOCKERS_PER_PUP} lockers; load average ${load0} at start (${os.cpus().length} cores). Each GetShipments load follows ${WARM_S} s of the same load, not counted (JIT, pooled connections, plans), as in the api bench; the bookings follow ${WARM_S} s of bookings at ${WARM_PUPS} PUPs of their own, and so does the SQL floor.`,
+    `${DURATION_S} s per run, ${CONNECTIONS} connections, autocannon in a separate process (bench/load-child.mjs) over loopback, the bare route loaded the same way; ${PUPS} PUPs x ${LOCKERS_PER_PUP} lockers; load average ${load0} at start (${os.cpus().length} cores). Each GetShipments load follows ${WARM_S} s of the same load, not counted (JIT, pooled connections, plans), as in the api bench; the bookings follow ${WARM_S} s of bookings at ${WARM_PUPS} PUPs of their own, and so does the SQL floor. SQLite's SQL floor runs right before and right after the endpoint's bookings, each on a fresh store; its column is their mean (both in the notes).`,
     '',
     '| engine | bare route req/s | CreateLocalShipment req/s | ratio | p50 / p99 ms | SQL floor req/s | booking / floor | double-booked lockers | non-2xx |',
     '|---|---|---|---|---|---|---|---|---|',
