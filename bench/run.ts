@@ -37,12 +37,31 @@ const files = fs
   .filter((f) => only.length === 0 || only.some((o) => f.includes(o)))
   .sort();
 
-/** the area's process while one runs: a SIGTERM or SIGINT of the run ends it too (no orphaned servers or loads) */
+/**
+ * The area's process while one runs, in a process group of its own with whatever it starts
+ * (central services, the fleet simulator, Mosquitto, load generators, pgbench): a SIGTERM or
+ * SIGINT of the run goes to that whole group, and the run ends when the area has (at most 10 s).
+ */
 let running: ChildProcess | null = null;
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.on(signal, () => {
-    running?.kill(signal);
-    process.exit(signal === 'SIGINT' ? 130 : 143);
+    const code = signal === 'SIGINT' ? 130 : 143;
+    const p = running;
+    if (!p?.pid) process.exit(code);
+    try {
+      process.kill(-p.pid, signal);
+    } catch {
+      // the group is gone already
+    }
+    p.once('exit', () => process.exit(code));
+    setTimeout(() => {
+      try {
+        process.kill(-p.pid!, 'SIGKILL');
+      } catch {
+        // gone
+      }
+      process.exit(code);
+    }, 10_000).unref();
   });
 }
 
@@ -54,6 +73,7 @@ function runArea(file: string): Promise<AreaResult> {
     const p = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url)], {
       env: { ...process.env, BENCH_AREA_CHILD: file, BENCH_AREA_OUT: out },
       stdio: ['ignore', 'inherit', 'inherit'],
+      detached: true,
     });
     running = p;
     p.on('error', reject);

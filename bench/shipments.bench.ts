@@ -348,8 +348,8 @@ async function runEngine(engine: 'sqlite' | 'postgres'): Promise<EngineResult> {
 
     const base = await baseline();
     // SQLite: the floor both before and after the endpoint's bookings (each on a fresh store), the
-    // ratio taken against their mean: one floor run beside it moved the ratio by a fifth from run
-    // to run (0.71-0.93 in the twenty-eighth session, the booking itself steadier than its floor)
+    // ratio taken against their mean: with one floor run the floor alone moved by a fifth from run
+    // to run (2,672-3,242 bookings/s in the twenty-eighth session's full benches)
     const floorBefore = engine === 'sqlite' ? await floorRun() : undefined;
     // PostgreSQL: one booking's statements, captured for the SQL floor (pgbench) run after the endpoint's
     const captured = recorder ? await captureBooking(recorder, svc, ctx.db, pups[PG_FLOOR_PUPS[0]]!, user, headers) : undefined;

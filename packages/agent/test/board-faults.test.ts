@@ -161,7 +161,7 @@ describe('agent + simulator: a board unreadable during a door cycle', () => {
       await presentAccepted('QR-BF-JAM-FLICKER');
       await waitFor(() => bus.locks(1)[lock - 1]?.latch === 'released', 'the latch seen released by the pulse', 5000);
       await waitFor(() => bus.locks(1)[lock - 1]?.latch === 'engaged', 'the latch engaged again after the pulse', 5000);
-      // past the release grace (pulse 300 + 100 ms), well inside the jam window (1,500 ms)
+      // about past the release grace (pulse 300 + 100 ms; counted from before the unlock), well inside the jam window (1,500 ms)
       await new Promise((r) => setTimeout(r, Math.max(0, presented + 450 - Date.now())));
       // the customer tugs at the door: the parcel leaves its sensor for a poll or two, then settles back
       l.takeItem();

@@ -138,6 +138,28 @@ describe('board state machine', () => {
     expect(events).toEqual(['boardOnline', 'itemPlaced:1', 'unlockUnobserved:1:item=true']);
   });
 
+  it('a latch seen engaged again inside a long grace shows the door shut: not blind, a jam', () => {
+    // grace 1,600: the low bit at 300 is the latch; the high bits at 800 and 1,300 show the door
+    // shut (latched), so the door was never unseen for the gap
+    const { events } = run(
+      initialBoard(0, 1),
+      [{ kind: 'poll', at: 0, closed: [true], items: [false] }, { kind: 'unlockSent', at: 100, lock: 1 }, { kind: 'poll', at: 300, closed: [false], items: [false] }, ...steadyPolls(800, 10_300, () => false)],
+      { ...GAP_CFG, releaseGraceMs: 1600 },
+    );
+    expect(events).toEqual(['boardOnline', 'jam:1:door-did-not-open']);
+  });
+
+  it('a lock the board does not report: its unlock is settled unobserved once the gap has passed, not left pending', () => {
+    // two locks configured, the answer carries one bit
+    const { events, s } = run(
+      initialBoard(0, 2),
+      [{ kind: 'poll', at: 0, closed: [true], items: [false] }, { kind: 'unlockSent', at: 100, lock: 2 }, ...steadyPolls(300, 2300, () => false)],
+      GAP_CFG,
+    );
+    expect(events).toEqual(['boardOnline', 'unlockUnobserved:2:item=null']);
+    expect(s.locks[1]?.unlockAt).toBeNull();
+  });
+
   it('no good poll for unwatchedGapMs since the unlock: blind; a tick in the gap concludes no jam, the next poll settles it', () => {
     const { events } = run(
       initialBoard(0, 1),

@@ -1,5 +1,6 @@
 // Per-board lock state as a pure state machine: boardStep(state, input, cfg) -> { state, events }.
-// The driver feeds it poll results, failed polls, sent unlocks and clock ticks; it never does I/O.
+// The driver feeds it poll results, failed polls and sent unlocks (a `tick` input also runs the
+// timers, for a caller with a clock of its own); it never does I/O.
 //
 // One wire bit per lock says "latched / closed" (after polarity). A released latch is not an open
 // door: right after an unlock the bit drops for the pulse time even when the door does not move
@@ -219,7 +220,15 @@ export function boardStep(s: BoardState, input: BoardInput, cfg: BoardConfig): {
       locks.forEach((l, i) => {
         const lock = i + 1;
         const closedBit = input.closed[i];
-        if (closedBit === undefined) return;
+        if (closedBit === undefined) {
+          // a lock the board's answer does not carry (more locks configured than it reports): its
+          // door is never seen, so an unlock of it is settled, unobserved, once the gap has passed
+          if (l.unlockAt !== null && l.blind && at - l.unlockAt >= cfg.releaseGraceMs) {
+            events.push({ type: 'unlockUnobserved', board, lock, afterMs: at - l.unlockAt, item: null });
+            clearUnlock(l);
+          }
+          return;
+        }
         // a low bit inside the release grace is the latch: the door itself is not seen by it
         if (closedBit || l.unlockAt === null || at - l.unlockAt >= cfg.releaseGraceMs) l.doorSeenAt = at;
         const wasOpen = l.door === 'open';

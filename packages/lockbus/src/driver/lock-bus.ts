@@ -90,7 +90,8 @@ export interface LockBusOptions {
   /**
    * A pending unlock whose door was not seen for this long (no good poll: a stalled poll loop; a low
    * bit inside the release grace shows only the latch) is blind, as after a failed poll: no jam, its
-   * outcome settled by the door and item seen next. Default max(1500, 3 x pollIntervalMs).
+   * outcome settled by the door and item seen next. Default max(1500, 3 x pollIntervalMs,
+   * releaseGraceMs + 2 x pollIntervalMs).
    */
   unwatchedGapMs?: number;
   /** Reopen a lost port with exponential back-off. Defaults 250 ms doubling to 10 s. */
@@ -256,7 +257,10 @@ export class LockBus extends EventEmitter<LockBusEvents> {
       jamWindowMs,
       doorLeftOpenMs: opts.doorLeftOpenMs === undefined ? 120_000 : opts.doorLeftOpenMs,
       commandWindowMs: opts.commandWindowMs ?? jamWindowMs,
-      unwatchedGapMs: opts.unwatchedGapMs ?? Math.max(1500, 3 * (opts.pollIntervalMs ?? 500)),
+      // above the longest a door goes unseen after an unlock in normal polling (the grace, then up
+      // to a poll interval, with room for jitter): otherwise the same jammed door would end as a jam
+      // or as unobserved by the poll's timing
+      unwatchedGapMs: opts.unwatchedGapMs ?? Math.max(1500, 3 * (opts.pollIntervalMs ?? 500), (opts.releaseGraceMs ?? (opts.pulseMs ?? 500) + 100) + 2 * (opts.pollIntervalMs ?? 500)),
     };
     this.t = {
       pollIntervalMs: opts.pollIntervalMs ?? 500,
