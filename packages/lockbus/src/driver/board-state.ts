@@ -38,7 +38,7 @@ interface LockMem {
   unlockAt: number | null; // pending unlock, not yet confirmed by an opening
   sawRelease: boolean; // latch seen released since that unlock
   graceSeen: boolean; // a good poll fell inside the release grace window of that unlock
-  blind: boolean; // a poll failed (or the board was offline) since that unlock: its outcome may be unseen
+  blind: boolean; // a poll failed (or the board was offline), or the door went unseen for unwatchedGapMs, since that unlock: its outcome may be unseen
   uncertain: boolean; // that unlock's write broke off: the board may not have got it (until a poll sees the latch released)
   doorSeenAt: number | null; // the last good poll that showed the door (not a low bit inside an unlock's release grace: that is the latch)
   lastCommandAt: number | null;
