@@ -58,7 +58,7 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
     const before = await scrape();
     const families = familiesOf(await scrapeText());
     // the families are there before anything happened (state gauges with their samples, event metrics declared)
-    for (const name of ['locker_http_request_duration_seconds', 'locker_bookings_total', 'locker_booking_refusals_total', 'locker_shipment_transitions_total', 'locker_callback_delivery_failures_total', 'locker_edge_events_ingested_total', 'locker_code_push_duration_seconds', 'locker_callback_outbox_pending', 'locker_callback_outbox_oldest_pending_age_seconds', 'locker_terminal_online', 'locker_terminals', 'locker_lock_disagreements']) {
+    for (const name of ['locker_http_request_duration_seconds', 'locker_bookings_total', 'locker_booking_refusals_total', 'locker_shipment_transitions_total', 'locker_callback_delivery_failures_total', 'locker_edge_events_ingested_total', 'locker_code_push_duration_seconds', 'locker_callback_outbox_pending', 'locker_callback_outbox_oldest_pending_age_seconds', 'locker_edge_events_unprocessed', 'locker_edge_events_oldest_unprocessed_age_seconds', 'locker_terminal_online', 'locker_terminals', 'locker_lock_disagreements']) {
       expect(families.has(name), name).toBe(true);
     }
     expect(families.get('locker_http_request_duration_seconds')).toBe('histogram');
@@ -91,6 +91,13 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
     const drop = event('dropOff', { ...at, sessionId: 's1', shipmentUid: uid, codeId: code.uid, item: true });
     await tt.term.publishAsync(`${P}/up/events`, JSON.stringify(drop), { qos: 1 });
     await processed(drop.eventId);
+    expect(sumOf(await scrape(), 'locker_edge_events_unprocessed')).toBe(0);
+    expect(sumOf(await scrape(), 'locker_edge_events_oldest_unprocessed_age_seconds')).toBe(0);
+    // an event after a missing one (seq skipped): stored, held until the gap is filled
+    seq++;
+    const held = event('doorClosed', { ...at, item: true });
+    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify(held), { qos: 1 });
+    await waitFor(async () => sumOf(await scrape(), 'locker_edge_events_unprocessed') === 1, 'the held event counted');
 
     // the receiver answers 500: the callbacks fail and wait in the outbox
     await waitFor(() => rx.requests.length >= 1, 'a callback attempt');
@@ -113,6 +120,9 @@ describeEngines('Prometheus metrics of the central service', (engine) => {
     // the callbacks of the booking and the drop-off wait; the oldest since before the clock moved
     expect(sumOf(after, 'locker_callback_outbox_pending')).toBeGreaterThanOrEqual(2);
     expect(sumOf(after, 'locker_callback_outbox_oldest_pending_age_seconds')).toBeGreaterThanOrEqual(700);
+    // the held event: stored before the clock moved, not applied
+    expect(sumOf(after, 'locker_edge_events_unprocessed')).toBe(1);
+    expect(sumOf(after, 'locker_edge_events_oldest_unprocessed_age_seconds')).toBeGreaterThanOrEqual(700);
     // the terminal: online, its journal backlog from its status
     expect(sumOf(after, 'locker_terminal_online', { terminal: 'term-a1', pup: PUP_A1 })).toBe(1);
     expect(sumOf(after, 'locker_terminals', { state: 'online' })).toBe(1);

@@ -93,6 +93,7 @@ describe('Prometheus alert rules (deploy/prometheus-alerts.yml)', () => {
     const byName = new Map(rules().map((r) => [r.alert!, r]));
     expect(byName.get('LockerTerminalOffline')).toMatchObject({ expr: 'locker_terminal_online == 0', for: '5m' });
     expect(byName.get('LockerCallbackBacklogOld')?.expr).toBe('locker_callback_outbox_oldest_pending_age_seconds > 600');
+    expect(byName.get('LockerEdgeEventsStuck')).toMatchObject({ expr: 'locker_edge_events_oldest_unprocessed_age_seconds > 1200', for: '5m' });
     expect(byName.get('LockerTerminalJournalBacklogGrowing')?.expr).toMatch(/locker_terminal_journal_unsent/);
     expect(byName.get('LockerAgentJournalBacklogGrowing')?.expr).toMatch(/deriv\(locker_agent_journal_unsent/);
     expect(byName.get('LockerBoardOffline')?.expr).toBe('locker_lock_disagreements{kind="board-offline"} > 0');

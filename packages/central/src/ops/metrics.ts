@@ -169,6 +169,35 @@ registerScrapeMetric({
   },
 });
 
+/** the terminals' events stored but not yet applied (edge_events_pending index: processed first) */
+async function unprocessedEvents(ctx: AppContext): Promise<{ n: number; oldest: number }> {
+  const r = await ctx.db.kysely
+    .selectFrom('edge_events')
+    .select((eb) => [eb.fn.countAll<number | string>().as('n'), eb.fn.min('received_at').as('oldest')])
+    .where('processed', '=', 0)
+    .executeTakeFirst();
+  return { n: Number(r?.n ?? 0), oldest: r?.oldest ? Date.parse(String(r.oldest)) : NaN };
+}
+
+registerScrapeMetric({
+  name: 'locker_edge_events_unprocessed',
+  help: "Terminal events stored but not yet applied: held behind a missing earlier seq, waiting for a busy terminal's turn, or retried after a failed apply",
+  labelNames: [],
+  async collect(ctx) {
+    return [{ labels: {}, value: (await unprocessedEvents(ctx)).n }];
+  },
+});
+
+registerScrapeMetric({
+  name: 'locker_edge_events_oldest_unprocessed_age_seconds',
+  help: 'Age of the oldest terminal event stored but not yet applied (0 when none): past edge.gapGiveUpSeconds only an apply that keeps failing holds one',
+  labelNames: [],
+  async collect(ctx) {
+    const { oldest } = await unprocessedEvents(ctx);
+    return [{ labels: {}, value: Number.isNaN(oldest) ? 0 : Math.max(0, (ctx.clock.now().getTime() - oldest) / 1000) }];
+  },
+});
+
 /** per terminal: provisioned terminals that never connected count as offline */
 async function terminalRows(ctx: AppContext) {
   return ctx.db.kysely
