@@ -169,19 +169,32 @@ registerScrapeMetric({
   },
 });
 
-/** the terminals' events stored but not yet applied (edge_events_pending index: processed first) */
-async function unprocessedEvents(ctx: AppContext): Promise<{ n: number; oldest: number }> {
-  const r = await ctx.db.kysely
+/** the last read of the unprocessed events, shared by the two gauges of one scrape */
+const unprocessedRead = new WeakMap<AppContext, { at: number; read: Promise<{ n: number; oldest: number }> }>();
+
+/**
+ * The terminals' events stored but not yet applied: their count (the edge_events_pending index,
+ * processed first) and the oldest one's receipt. One read per scrape: a read less than a second
+ * old is shared. Its cost grows with the backlog (each unprocessed row is read for its time).
+ */
+function unprocessedEvents(ctx: AppContext): Promise<{ n: number; oldest: number }> {
+  const now = Date.now();
+  const last = unprocessedRead.get(ctx);
+  if (last && now - last.at < 1000) return last.read;
+  const read = ctx.db.kysely
     .selectFrom('edge_events')
     .select((eb) => [eb.fn.countAll<number | string>().as('n'), eb.fn.min('received_at').as('oldest')])
     .where('processed', '=', 0)
-    .executeTakeFirst();
-  return { n: Number(r?.n ?? 0), oldest: r?.oldest ? Date.parse(String(r.oldest)) : NaN };
+    .executeTakeFirst()
+    .then((r) => ({ n: Number(r?.n ?? 0), oldest: r?.oldest ? Date.parse(String(r.oldest)) : NaN }));
+  unprocessedRead.set(ctx, { at: now, read });
+  read.catch(() => unprocessedRead.delete(ctx));
+  return read;
 }
 
 registerScrapeMetric({
   name: 'locker_edge_events_unprocessed',
-  help: "Terminal events stored but not yet applied: held behind a missing earlier seq, waiting for a busy terminal's turn, or retried after a failed apply",
+  help: "Terminal events stored but not yet applied: held behind a missing earlier seq, waiting for a busy terminal's turn, retried after a failed apply, or left below the cursor (arrived after their gap was given up)",
   labelNames: [],
   async collect(ctx) {
     return [{ labels: {}, value: (await unprocessedEvents(ctx)).n }];
@@ -190,7 +203,7 @@ registerScrapeMetric({
 
 registerScrapeMetric({
   name: 'locker_edge_events_oldest_unprocessed_age_seconds',
-  help: 'Age of the oldest terminal event stored but not yet applied (0 when none): past edge.gapGiveUpSeconds only an apply that keeps failing holds one',
+  help: 'Age of the oldest terminal event stored but not yet applied (0 when none), from its receipt',
   labelNames: [],
   async collect(ctx) {
     const { oldest } = await unprocessedEvents(ctx);
