@@ -3,16 +3,11 @@
 // PUBACK must not carry the drain's cursor past the seq asked for again (before, the events from
 // resendFrom went again only after publishTimeoutMs). A real aedes broker whose authorizePublish
 // holds one publish's PUBACK; the agent's own EdgeLink and store.
-import fs from 'node:fs';
 import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { Aedes } from 'aedes';
-import pino from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { edgeTopics } from '@locker/common';
-import { EdgeLink } from '../src/edge-link';
-import { AgentStore } from '../src/store';
+import { bareLink } from './support/link';
 
 const TERMINAL = 'term-resend';
 
@@ -57,35 +52,17 @@ describe('EdgeLink: resendFrom during a publish in flight', () => {
       await new Promise<void>((r) => aedes.close(() => r()));
       await new Promise<void>((r) => server.close(() => r()));
     });
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agent-resend-'));
-    const store = new AgentStore(path.join(dir, 'agent.db'));
-    store.open();
-    cleanups.push(() => {
-      store.close();
-      fs.rmSync(dir, { recursive: true, force: true });
-    });
+    // publishTimeoutMs far beyond the test's waits: a resend seen here is resendFrom's, not the timeout's
+    const { link, store, dispose } = bareLink(`mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`, TERMINAL, { publishTimeoutMs: 60_000 });
+    cleanups.push(dispose);
     for (let i = 1; i <= 3; i++) store.append('doorOpened', { bus: 'bus0', board: 0, lock: i, commanded: true }, new Date());
-    const at = new Date().toISOString();
-    const link = new EdgeLink({
-      url: `mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
-      terminalId: TERMINAL,
-      secret: 'not-checked-by-this-broker',
-      keepaliveSeconds: 30,
-      reconnectMs: 1000,
-      connectTimeoutMs: 5000,
-      // far beyond the test's waits: a resend seen here is resendFrom's, not the timeout's
-      publishTimeoutMs: 60_000,
-      store,
-      log: pino({ level: 'silent' }),
-      status: () => ({ v: 1, state: 'online', terminalId: TERMINAL, agentVersion: 'test', startedAt: at, at, codes: { epoch: null, version: 0, count: 0 }, journal: { unsent: 0, lastSeq: 0 }, buses: [] }),
-    });
-    cleanups.push(() => link.stop());
     await link.start();
 
     // 1 and 2 published, 3 waiting for its PUBACK
     await waitFor(() => seqs.includes(3) && release, 'seq 3 held by the broker', 10_000);
     expect(seqs).toEqual([1, 2, 3]);
     // the central service committed 1 and misses 2: it asks for 2 again while 3 is in flight
+    const at = new Date().toISOString();
     await new Promise<void>((resolve, reject) =>
       aedes.publish({ cmd: 'publish', topic: edgeTopics.down(TERMINAL, 'eventAcks'), payload: Buffer.from(JSON.stringify({ v: 1, journalId: store.journalId(), upTo: 1, resendFrom: 2, at })), qos: 1, retain: false, dup: false }, (err) => (err ? reject(err) : resolve())),
     );

@@ -251,19 +251,21 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     this.now = opts.now ?? Date.now;
     const charMs = (10 * 1000) / this.baudRate;
     const jamWindowMs = opts.jamWindowMs ?? 10_000;
+    const releaseGraceMs = opts.releaseGraceMs ?? (opts.pulseMs ?? 500) + 100;
+    const pollIntervalMs = opts.pollIntervalMs ?? 500;
     this.cfg = {
       offlineAfter: opts.offlineAfter ?? 3,
-      releaseGraceMs: opts.releaseGraceMs ?? (opts.pulseMs ?? 500) + 100,
+      releaseGraceMs,
       jamWindowMs,
       doorLeftOpenMs: opts.doorLeftOpenMs === undefined ? 120_000 : opts.doorLeftOpenMs,
       commandWindowMs: opts.commandWindowMs ?? jamWindowMs,
       // above the longest a door goes unseen after an unlock in normal polling (the grace, then up
       // to a poll interval, with room for jitter): otherwise the same jammed door would end as a jam
       // or as unobserved by the poll's timing
-      unwatchedGapMs: opts.unwatchedGapMs ?? Math.max(1500, 3 * (opts.pollIntervalMs ?? 500), (opts.releaseGraceMs ?? (opts.pulseMs ?? 500) + 100) + 2 * (opts.pollIntervalMs ?? 500)),
+      unwatchedGapMs: opts.unwatchedGapMs ?? Math.max(1500, 3 * pollIntervalMs, releaseGraceMs + 2 * pollIntervalMs),
     };
     this.t = {
-      pollIntervalMs: opts.pollIntervalMs ?? 500,
+      pollIntervalMs,
       replyTimeoutMs: opts.replyTimeoutMs ?? 150,
       scanWindowMs: opts.scanWindowMs ?? opts.replyTimeoutMs ?? 150,
       quietMs: opts.quietMs ?? 25,
