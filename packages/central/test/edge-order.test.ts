@@ -129,11 +129,106 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     await waitFor(() => lastAck()?.upTo === held, 'acknowledged');
   });
 
+  const gapNoticed = () => waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('gap_since').where('terminal_id', '=', 'term-a1').executeTakeFirst())?.gap_since != null, 'gap noticed');
+  const eventRow = (eventId: string) => t.ctx.db.kysely.selectFrom('edge_events').select(['processed', 'outcome']).where('event_id', '=', eventId).executeTakeFirstOrThrow();
+  const unprocessed = async () => Number((await t.ctx.db.kysely.selectFrom('edge_events').select((eb) => eb.fn.countAll().as('n')).where('terminal_id', '=', 'term-a1').where('processed', '=', 0).executeTakeFirstOrThrow()).n);
+
+  // the parcel collected: its locker free again for the tests after (the pick up point has few that fit)
+  const collect = async (x: { uid: string; access: (type: 'dropOff' | 'pickUp') => Promise<Record<string, unknown>> }) => {
+    await send(++seq, 'pickUp', { ...(await x.access('pickUp')), item: false });
+    await waitFor(async () => (await state(x.uid)) === 'PickedUp', 'collected');
+  };
+
+  it('a missing event that comes after its gap was given up is applied late, at its own door time (not left below the cursor)', async () => {
+    const s = await shipment();
+    const missing = ++seq;
+    const held = ++seq;
+    await send(held, 'doorOpened', { bus: 'bus0', board: 0, lock: 1 });
+    await gapNoticed();
+    t.clock.advance(61_000); // past edge.gapGiveUpSeconds: the cursor moves past the missing seq
+    await waitFor(() => lastAck()?.upTo === held, 'gap given up, acknowledged past it');
+    // the terminal comes back (say from a power cut) and sends its unacknowledged drop-off
+    const doorTime = new Date(t.clock.now().getTime() - 90_000).toISOString(); // before the gap was given up
+    const eventId = crypto.randomUUID();
+    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: missing, terminalId: 'term-a1', journalId, at: doorTime, type: 'dropOff', ...(await s.access('dropOff')) }), { qos: 1 });
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'the late drop-off applied');
+    expect(await eventRow(eventId)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
+    const tr = await t.ctx.db.kysely.selectFrom('shipment_transitions').select(['to_state', 'at']).where('shipment_uid', '=', s.uid).where('to_state', '=', 'ReadyForPickup').executeTakeFirstOrThrow();
+    // at the door time (corrected by the terminal's measured clock offset, edge/clock.ts), long before it arrived
+    expect(Date.parse(tr.at)).toBeLessThan(t.clock.now().getTime() - 45_000);
+    expect(await unprocessed()).toBe(0);
+    // the cursor stays where it was: the acknowledgement does not go back
+    await waitFor(() => lastAck()?.upTo === held, 'acknowledged');
+    await collect(s);
+  });
+
+  it('two gaps in a row are given up on together: the second has waited as long as the first', async () => {
+    const a = await shipment();
+    const b = await shipment();
+    ++seq; // lost for good
+    const heldA = ++seq;
+    ++seq; // lost for good too
+    const heldB = ++seq;
+    await send(heldA, 'dropOff', await a.access('dropOff'));
+    await send(heldB, 'dropOff', await b.access('dropOff'));
+    await gapNoticed();
+    t.clock.advance(61_000);
+    await waitFor(async () => (await state(b.uid)) === 'ReadyForPickup', 'both gaps given up, the events behind both applied');
+    expect(await state(a.uid)).toBe('ReadyForPickup');
+    await waitFor(() => lastAck()?.upTo === heldB, 'acknowledged past both');
+    await collect(a);
+    await collect(b);
+  });
+
+  it('the retry sweep reaches every terminal with unprocessed events, also past the first thousand', async () => {
+    const s = await shipment();
+    ++seq; // lost for good
+    const held = ++seq;
+    await send(held, 'dropOff', await s.access('dropOff'));
+    await gapNoticed();
+    // 1,005 other terminals (ids before term-a1) whose events are never applied (no cursor row)
+    const junk = Array.from({ length: 1005 }, (_, i) => ({ event_id: `junk-${i}`, terminal_id: `t-${String(i).padStart(4, '0')}`, journal_id: null, seq: 1, type: 'doorOpened', at: t.clock.now().toISOString(), received_at: t.clock.now().toISOString(), payload: '{}', processed: 0 as const, outcome: null, attempts: 0 }));
+    for (let i = 0; i < junk.length; i += 200) await t.ctx.db.kysely.insertInto('edge_events').values(junk.slice(i, i + 200)).execute();
+    try {
+      t.clock.advance(61_000); // only a retry sweep gives the gap up now (nothing else arrives)
+      await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'gap given up by a retry sweep', 20_000);
+    } finally {
+      await t.ctx.db.kysely.deleteFrom('edge_events').where('event_id', 'like', 'junk-%').execute();
+    }
+    await collect(s);
+  });
+
   it('a new journal (a new store) starts again at seq 1 and is applied from there', async () => {
     const s = await shipment();
     const other = `journal-${crypto.randomUUID()}`;
     await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId: crypto.randomUUID(), seq: 1, terminalId: 'term-a1', journalId: other, at: t.clock.now().toISOString(), type: 'dropOff', ...(await s.access('dropOff')) }), { qos: 1 });
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'applied');
     await waitFor(() => lastAck()?.journalId === other && lastAck()?.upTo === 1, 'acknowledged for the new journal');
+  });
+
+  it('an event of the replaced journal that comes after the new one took over is applied late; a newer journal waits for its seq 1', async () => {
+    const current = lastAck()!.journalId as string; // the new journal of the test before
+    expect(current).not.toBe(journalId);
+    const s = await shipment();
+    // the old journal's event, seq past anything it sent: neither the current journal nor a seq 1
+    const old = await send(++seq, 'dropOff', await s.access('dropOff'));
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'the old journal\'s late drop-off applied');
+    expect(await eventRow(old)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
+    // a third journal's seq 2 before its seq 1: held (a journal with nothing applied is not an old one)
+    const third = `journal-${crypto.randomUUID()}`;
+    const sendThird = async (n: number, type: string, fields: Record<string, unknown>) => {
+      const eventId = crypto.randomUUID();
+      await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: third, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
+      return eventId;
+    };
+    const second = await sendThird(2, 'pickUp', { ...(await s.access('pickUp')), item: false });
+    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', second).executeTakeFirst()) != null, 'stored');
+    await new Promise((r) => setTimeout(r, 400)); // two retry sweeps
+    expect((await eventRow(second)).processed).toBe(0);
+    expect(await state(s.uid)).toBe('ReadyForPickup');
+    await sendThird(1, 'doorOpened', { bus: 'bus0', board: 0, lock: 1 });
+    await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'the third journal applied from its seq 1');
+    await waitFor(() => lastAck()?.journalId === third && lastAck()?.upTo === 2, 'acknowledged for the third journal');
+    expect(await unprocessed()).toBe(0);
   });
 });

@@ -137,6 +137,8 @@ const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FR
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
+/** a journal of the terminal with an event applied already (an old journal, not one waiting for its seq 1) */
+const JOURNAL_APPLIED = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND processed = 1 LIMIT 1';
 const PENDING_SQL = `SELECT event_id, journal_id, seq, type, at, received_at, payload FROM edge_events WHERE processed = 0 AND terminal_id = ? ORDER BY seq LIMIT ${PENDING_READ}`;
 /**
  * The events of a terminal's advance whose outcome is 'stored' (no door transition), finished
@@ -583,7 +585,8 @@ export class EventIngest {
    * contiguous, inside the batch's transaction; queues its acknowledgement. A missing seq holds the
    * later ones (they stay stored, unprocessed: bounded by the database, not memory); after
    * edge.gapResendSeconds the terminal is asked to send again from the gap, after
-   * edge.gapGiveUpSeconds the gap is skipped (an error in the log). The cursor row is locked
+   * edge.gapGiveUpSeconds the gap is skipped (an error in the log); an event the cursor is past
+   * when it comes (lateEvents) is applied late, first. The cursor row is locked
    * (PostgreSQL: FOR UPDATE SKIP LOCKED; SQLite has one writer) for the transaction, applied_seq
    * still moves by compare-and-set and each door event is claimed in the transaction that applies
    * it. A row another transaction holds is not waited for: the terminal goes to `after.busy` and
@@ -640,7 +643,26 @@ export class EventIngest {
       done.add(row.event_id);
       return this.processIn(trx, exec, terminalId, row, cur, after, savepoints, stored, observations);
     };
-    for (let guard = 0; guard < 100_000 && this.host.running(); guard++) {
+    // Late events first: unprocessed events the cursor is already past. The gap before them was
+    // given up on (EVENT_GAP_SKIPPED) and they came after all (a terminal back from a power cut
+    // longer than edge.gapGiveUpSeconds sends its unacknowledged journal again; a broker delivers
+    // a queued message late), or their journal was replaced by a new one meanwhile. Each is
+    // applied now, before what follows in order, as what it says at its own door time: the
+    // shipment transitions check the shipment's state (a drop-off whose booking expired meanwhile
+    // is the expiry race, docs/state-machine.md), and an observation older than the locker's
+    // changes nothing (observations.ts isNewer). Left below the cursor it was never applied: a
+    // drop-off in it was lost in effect. One that fails for a transient reason holds the rest, as
+    // an event in order does.
+    let held = false;
+    for (const r of await this.lateEvents(exec, terminalId, pending, journal, applied)) {
+      if (!(await apply(r))) {
+        held = true;
+        break;
+      }
+      const [a, j] = [applied, journal];
+      after.logs.push(() => this.log.warn({ terminal: terminalId, journal: r.journal_id, seq: r.seq, type: r.type, appliedSeq: a, currentJournal: j, errorCode: 'EVENT_LATE' }, 'an event came after the cursor had passed it (its gap given up, or its journal replaced): applied late, out of seq order'));
+    }
+    for (let guard = 0; !held && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
       // ordered delivery) are applied as they come; a new journal (a new store, counting from 1
       // again) takes over at its seq 1, once what the old one still holds is applied
@@ -685,15 +707,23 @@ export class EventIngest {
       }
       // nothing at applied + 1: a gap when a later event waits
       let later: PendingRow | undefined;
-      for (const r of pending) if (r.journal_id === journal && r.seq > applied + 1 && !done.has(r.event_id) && (!later || r.seq < later.seq)) later = r;
+      let heldSince = Number.POSITIVE_INFINITY;
+      for (const r of pending) {
+        if (r.journal_id !== journal || r.seq <= applied + 1 || done.has(r.event_id)) continue;
+        if (!later || r.seq < later.seq) later = r;
+        heldSince = Math.min(heldSince, Date.parse(r.received_at));
+      }
       if (!later) break;
       const nowMs = this.ctx.clock.now().getTime();
       if (!gapSince) {
-        gapSince = this.nowDb();
+        // open since the first event behind it was stored: the agent publishes in seq order, so
+        // the missing one was overdue from then on. A gap found only once the one before it was
+        // given up on has waited as long already, and is given up on with it, not a whole
+        // edge.gapGiveUpSeconds later
+        gapSince = toDbTime(new Date(Math.min(nowMs, Number.isFinite(heldSince) ? heldSince : nowMs)));
         const a = applied;
         const held = later.seq;
         after.logs.push(() => this.log.info({ terminal: terminalId, missing: a + 1, held }, 'event gap: later events held until it is filled'));
-        break;
       }
       const waitedMs = nowMs - Date.parse(gapSince);
       if (waitedMs >= this.ctx.config.edge.gapGiveUpSeconds * 1000) {
@@ -742,6 +772,29 @@ export class EventIngest {
     if (journal && (ackable || resendFrom !== undefined)) {
       after.acks.push({ terminalId, msg: { v: 1, journalId: journal, upTo: applied, ...(resendFrom !== undefined ? { resendFrom } : {}), at: this.ctx.clock.now().toISOString() } });
     }
+  }
+
+  /**
+   * The unprocessed events among `pending` (in seq order) that the cursor is past: of the current
+   * journal at or below applied_seq, or of an older journal of the terminal (one with an event
+   * already applied: the terminal has replaced that store since). Events of another journal
+   * without an applied event belong to a new journal waiting for its seq 1: not late.
+   */
+  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<PendingRow[]> {
+    if (journal === null) return [];
+    const late: PendingRow[] = [];
+    const old = new Map<string, boolean>();
+    for (const r of pending) {
+      if (r.journal_id == null) continue; // legacy events are applied as they come
+      if (r.journal_id === journal) {
+        if (r.seq <= applied) late.push(r);
+        continue;
+      }
+      let isOld = old.get(r.journal_id);
+      if (isOld === undefined) old.set(r.journal_id, (isOld = (await exec(JOURNAL_APPLIED, [terminalId, r.journal_id])).rows.length > 0));
+      if (isOld) late.push(r);
+    }
+    return late;
   }
 
   /**

@@ -47,6 +47,8 @@ import { centralMetrics } from '../ops/metrics';
 import { shipmentService } from '../shipments/service';
 
 const CHUNK = 300;
+/** terminals with unprocessed events the retry sweep advances at a time (retryUnprocessed) */
+const RETRY_SWEEP = 1000;
 
 // The statements of a terminal's status and of the pushes it answers, as fixed texts (prepared
 // once: db/prepared-read.ts, shipments/sqlq.ts) rather than Kysely queries built per call: a
@@ -131,6 +133,8 @@ export class EdgeSync implements Worker {
   private readonly verified = new Map<string, string>();
   private startedAtMs = 0;
   private lastRetry = 0;
+  /** the last terminal id the retry sweep took ('': start over) */
+  private sweptThrough = '';
   private subscribed = false;
   private unlisten: (() => void) | null = null;
   /** pick up points whose push is queued but has not started reading codes yet (repeats coalesce) */
@@ -669,9 +673,25 @@ export class EdgeSync implements Worker {
     return this.ingest.submit(terminalId, ev, payload);
   }
 
-  /** Terminals with unprocessed events (a transient failure, or held behind a gap): advance them again. */
+  /**
+   * Terminals with unprocessed events (a transient failure, held behind a gap, a late event):
+   * advance them again, RETRY_SWEEP at a time in the order of their ids, each sweep going on after
+   * the last terminal of the one before and starting over at the end. Without an order and a
+   * place to go on from, the same first terminals came back each time, and a terminal past them
+   * (more than RETRY_SWEEP with unprocessed events, e.g. ones whose apply keeps failing) was
+   * never retried: its gap never given up on.
+   */
   private async retryUnprocessed(): Promise<void> {
-    const rows = await this.db.selectFrom('edge_events').select('terminal_id').distinct().where('processed', '=', 0).limit(1000).execute();
+    const rows = await this.db
+      .selectFrom('edge_events')
+      .select('terminal_id')
+      .distinct()
+      .where('processed', '=', 0)
+      .where('terminal_id', '>', this.sweptThrough)
+      .orderBy('terminal_id')
+      .limit(RETRY_SWEEP)
+      .execute();
+    this.sweptThrough = rows.length < RETRY_SWEEP ? '' : rows[rows.length - 1]!.terminal_id;
     await this.ingest.advance(rows.map((r) => r.terminal_id));
   }
 }
