@@ -206,7 +206,7 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     await waitFor(() => lastAck()?.journalId === other && lastAck()?.upTo === 1, 'acknowledged for the new journal');
   });
 
-  it('an event of the replaced journal that comes after the new one took over is applied late; a newer journal waits for its seq 1', async () => {
+  it('an event of the replaced journal that comes after the new one took over is applied late; a newer journal waits for its seq 1, until it is given up on as abandoned', async () => {
     const current = lastAck()!.journalId as string; // the new journal of the test before
     expect(current).not.toBe(journalId);
     const s = await shipment();
@@ -216,11 +216,12 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     expect(await eventRow(old)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
     // a third journal's seq 2 before its seq 1: held (a journal with nothing applied is not an old one)
     const third = `journal-${crypto.randomUUID()}`;
-    const sendThird = async (n: number, type: string, fields: Record<string, unknown>) => {
+    const sendIn = async (journal: string, n: number, type: string, fields: Record<string, unknown>) => {
       const eventId = crypto.randomUUID();
-      await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: third, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
+      await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: journal, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
       return eventId;
     };
+    const sendThird = (n: number, type: string, fields: Record<string, unknown>) => sendIn(third, n, type, fields);
     const second = await sendThird(2, 'pickUp', { ...(await s.access('pickUp')), item: false });
     await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', second).executeTakeFirst()) != null, 'stored');
     await new Promise((r) => setTimeout(r, 400)); // two retry sweeps
@@ -229,6 +230,23 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     await sendThird(1, 'doorOpened', { bus: 'bus0', board: 0, lock: 1 });
     await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'the third journal applied from its seq 1');
     await waitFor(() => lastAck()?.journalId === third && lastAck()?.upTo === 2, 'acknowledged for the third journal');
+    expect(await unprocessed()).toBe(0);
+
+    // a fourth journal whose seq 1 never comes (its store replaced again before that got through):
+    // held like a new journal, then given up on after edge.gapGiveUpSeconds and applied late; the
+    // cursor stays on the third
+    const s3 = await shipment();
+    const fourth = await sendIn(`journal-${crypto.randomUUID()}`, 3, 'dropOff', await s3.access('dropOff'));
+    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', fourth).executeTakeFirst()) != null, 'stored');
+    await new Promise((r) => setTimeout(r, 400)); // two retry sweeps
+    expect((await eventRow(fourth)).processed).toBe(0);
+    t.clock.advance(30_000);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(await state(s3.uid)).toBe('ReadyForDropoff'); // not yet: a new journal's seq 1 may still come
+    t.clock.advance(31_000);
+    await waitFor(async () => (await state(s3.uid)) === 'ReadyForPickup', 'the abandoned journal applied late');
+    expect(await eventRow(fourth)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
+    expect((await t.ctx.db.kysely.selectFrom('edge_terminals').select('journal_id').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).journal_id).toBe(third);
     expect(await unprocessed()).toBe(0);
   });
 });

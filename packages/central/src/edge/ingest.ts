@@ -654,7 +654,9 @@ export class EventIngest {
     // drop-off in it was lost in effect. One that fails for a transient reason holds the rest, as
     // an event in order does.
     let held = false;
-    for (const r of await this.lateEvents(exec, terminalId, pending, journal, applied)) {
+    const { late, abandoned } = await this.lateEvents(exec, terminalId, pending, journal, applied);
+    for (const a of abandoned) after.logs.push(() => this.log.error({ terminal: terminalId, journal: a.journal, missing: [1, a.from - 1], events: a.events, errorCode: 'EVENT_GAP_SKIPPED' }, 'a journal whose first events never came is given up on: its events are applied late'));
+    for (const r of late) {
       if (!(await apply(r))) {
         held = true;
         break;
@@ -775,26 +777,44 @@ export class EventIngest {
   }
 
   /**
-   * The unprocessed events among `pending` (in seq order) that the cursor is past: of the current
-   * journal at or below applied_seq, or of an older journal of the terminal (one with an event
-   * already applied: the terminal has replaced that store since). Events of another journal
-   * without an applied event belong to a new journal waiting for its seq 1: not late.
+   * The unprocessed events among `pending` that the cursor is past, each journal's in seq order:
+   * - of the current journal, at or below applied_seq (their gap was given up on before they came);
+   * - of an older journal of the terminal (one with an event applied already: the terminal has
+   *   replaced that store since);
+   * - of a journal with nothing applied whose seq 1 has not come within edge.gapGiveUpSeconds of
+   *   its first event being stored (`abandoned`). Such a journal is otherwise a new one waiting for
+   *   its seq 1 (the agent sends its unacknowledged events again every mqtt.publishTimeoutMs, so a
+   *   live journal's seq 1 does come): this one's store was replaced again before its seq 1 got
+   *   through, and nothing would ever apply its events.
    */
-  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<PendingRow[]> {
-    if (journal === null) return [];
+  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<{ late: PendingRow[]; abandoned: { journal: string; from: number; events: number }[] }> {
     const late: PendingRow[] = [];
-    const old = new Map<string, boolean>();
+    const abandoned: { journal: string; from: number; events: number }[] = [];
+    if (journal === null) return { late, abandoned };
+    const others = new Map<string, PendingRow[]>();
     for (const r of pending) {
       if (r.journal_id == null) continue; // legacy events are applied as they come
       if (r.journal_id === journal) {
         if (r.seq <= applied) late.push(r);
         continue;
       }
-      let isOld = old.get(r.journal_id);
-      if (isOld === undefined) old.set(r.journal_id, (isOld = (await exec(JOURNAL_APPLIED, [terminalId, r.journal_id])).rows.length > 0));
-      if (isOld) late.push(r);
+      let rows = others.get(r.journal_id);
+      if (!rows) others.set(r.journal_id, (rows = []));
+      rows.push(r);
     }
-    return late;
+    const nowMs = this.ctx.clock.now().getTime();
+    for (const [j, rows] of others) {
+      if ((await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) {
+        late.push(...rows);
+        continue;
+      }
+      if (rows.some((r) => r.seq === 1)) continue; // taken over from its seq 1 (advanceIn)
+      const since = Math.min(...rows.map((r) => Date.parse(r.received_at)));
+      if (nowMs - since < this.ctx.config.edge.gapGiveUpSeconds * 1000) continue;
+      late.push(...rows);
+      abandoned.push({ journal: j, from: rows[0]!.seq, events: rows.length });
+    }
+    return { late, abandoned };
   }
 
   /**
