@@ -42,6 +42,8 @@ export interface AgentOptions {
   config: AgentConfig;
   log?: Logger;
   now?: () => Date;
+  /** opens each bus's port (default: the real serial / TCP transport); a test wraps it to inject a fault into the real link */
+  createTransport?: LockBusOptions['createTransport'];
 }
 
 export type { AgentState, CredentialOutcome, LockState, TechnicianOpenOutcome, UnlockOutcome } from './host';
@@ -123,6 +125,7 @@ export class Agent implements TechnicianHost {
       jamWindowMs: b.jamWindowMs,
       doorLeftOpenMs: b.doorLeftOpenMs,
       reconnect: b.reconnect,
+      createTransport: this.opts.createTransport,
     }));
     this.buses = new LockBusManager(busOptions, root);
     this.metrics = new AgentMetrics(

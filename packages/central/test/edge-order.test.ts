@@ -150,6 +150,7 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     // the terminal comes back (say from a power cut) and sends its unacknowledged drop-off
     const doorTime = new Date(t.clock.now().getTime() - 90_000).toISOString(); // before the gap was given up
     const eventId = crypto.randomUUID();
+    const acked = acks().length;
     await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: missing, terminalId: 'term-a1', journalId, at: doorTime, type: 'dropOff', ...(await s.access('dropOff')) }), { qos: 1 });
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'the late drop-off applied');
     expect(await eventRow(eventId)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
@@ -157,12 +158,29 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     // at the door time (corrected by the terminal's measured clock offset, edge/clock.ts), long before it arrived
     expect(Date.parse(tr.at)).toBeLessThan(t.clock.now().getTime() - 45_000);
     expect(await unprocessed()).toBe(0);
-    // the cursor stays where it was: the acknowledgement does not go back
-    await waitFor(() => lastAck()?.upTo === held, 'acknowledged');
+    // acknowledged again, the cursor where it was: the acknowledgement does not go back
+    await waitFor(() => acks().length > acked, 'acknowledged');
+    expect(lastAck()?.upTo).toBe(held);
     await collect(s);
   });
 
-  it('two gaps in a row are given up on together: the second has waited as long as the first', async () => {
+  it('a pick-up refused while its drop-off was missing is applied again once the drop-off comes late', async () => {
+    const s = await shipment();
+    const missing = ++seq;
+    const pickSeq = ++seq;
+    const pickId = await send(pickSeq, 'pickUp', { ...(await s.access('pickUp')), item: false });
+    await gapNoticed();
+    t.clock.advance(61_000); // the gap given up on: the pick-up applied, refused for the shipment's state
+    await waitFor(async () => (await eventRow(pickId)).outcome === 'rejected:InvalidShipmentState', 'pick-up refused');
+    expect(await state(s.uid)).toBe('ReadyForDropoff');
+    await send(missing, 'dropOff', await s.access('dropOff')); // the drop-off, late
+    await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'the drop-off applied late and the refused pick-up after it');
+    expect(await history(s.uid)).toEqual(['ReadyForDropoff', 'ReadyForPickup', 'PickedUp']);
+    expect(await eventRow(pickId)).toEqual({ processed: 1, outcome: 'PickUp:applied:PickedUp' });
+    expect(await unprocessed()).toBe(0);
+  });
+
+  it('two gaps in a row: the second, noticed once the first is given up on, is asked for at once and given up on edge.gapResendSeconds later', async () => {
     const a = await shipment();
     const b = await shipment();
     ++seq; // lost for good
@@ -173,8 +191,12 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     await send(heldB, 'dropOff', await b.access('dropOff'));
     await gapNoticed();
     t.clock.advance(61_000);
-    await waitFor(async () => (await state(b.uid)) === 'ReadyForPickup', 'both gaps given up, the events behind both applied');
-    expect(await state(a.uid)).toBe('ReadyForPickup');
+    await waitFor(async () => (await state(a.uid)) === 'ReadyForPickup', 'the first gap given up on, the event behind it applied');
+    // the second gap, noticed only now, is asked for once at once, not after a whole edge.gapGiveUpSeconds
+    await waitFor(() => acks().find((x) => x.resendFrom === heldA + 1), 'the second gap asked for');
+    expect(await state(b.uid)).toBe('ReadyForDropoff');
+    t.clock.advance(6_000); // edge.gapResendSeconds later
+    await waitFor(async () => (await state(b.uid)) === 'ReadyForPickup', 'the second gap given up on too');
     await waitFor(() => lastAck()?.upTo === heldB, 'acknowledged past both');
     await collect(a);
     await collect(b);

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { Simulator } from '@locker/firmware-sim';
-import { dialects } from '@locker/lockbus';
+import { createTransport, dialects, type Transport } from '@locker/lockbus';
 import { hashCode, parseEdgeTopic, type CodeEntry } from '@locker/common';
 import { Agent } from '../../src/agent';
 import { AgentConfigSchema, type AgentConfig, type AgentConfigInput } from '../../src/config';
@@ -145,7 +145,7 @@ export class World {
 
   async startAgent(): Promise<void> {
     const statusesBefore = this.received.filter((r) => r.kind === 'status').length;
-    this.agent = new Agent({ config: this.config, log: this.log });
+    this.agent = new Agent({ config: this.config, log: this.log, createTransport: (port, o) => this.faultable(port, createTransport(port, o)) });
     await this.agent.start();
     await waitFor(() => this.agent.state().mqtt.connected, 'agent connected');
     // the agent subscribes after its CONNACK and then sends its status: a message published to it
@@ -181,20 +181,29 @@ export class World {
    * after the frame left (the board got it), or before (it did not). The driver sees WRITE_FAILED.
    */
   async whileUnlockWriteBreaks<T>(board: number, lock: number, after: boolean, fn: () => Promise<T>): Promise<T> {
-    const t = (this.agent.buses.bus('bus0') as unknown as { transport: { write(d: Buffer): Promise<void> } }).transport;
-    const orig = t.write;
     const frame = dialects['kerong-cu16'].encodeRequest({ kind: 'unlock', board, lock });
-    t.write = async function (this: unknown, d: Buffer) {
-      const ours = d.equals(frame);
-      if (ours && !after) throw Object.assign(new Error('EIO'), { code: 'EIO' });
-      await orig.call(this, d);
-      if (ours) throw Object.assign(new Error('EIO'), { code: 'EIO' });
-    };
+    const bus0 = this.config.buses.find((b) => b.name === 'bus0')!.port;
+    this.breakWrite = (port, d) => (port === bus0 && d.equals(frame) ? (after ? 'after' : 'before') : null);
     try {
       return await fn();
     } finally {
-      t.write = orig;
+      this.breakWrite = null;
     }
+  }
+
+  /** which write of the agent's ports breaks off, and where (whileUnlockWriteBreaks) */
+  private breakWrite: ((port: string, d: Buffer) => 'before' | 'after' | null) | null = null;
+
+  /** The agent's real transport of `port`, its writes passed through breakWrite (the agent's createTransport seam). */
+  private faultable(port: string, t: Transport): Transport {
+    const write = t.write.bind(t);
+    t.write = async (d: Buffer) => {
+      const where = this.breakWrite?.(port, d) ?? null;
+      if (where === 'before') throw Object.assign(new Error('EIO'), { code: 'EIO' });
+      await write(d);
+      if (where === 'after') throw Object.assign(new Error('EIO'), { code: 'EIO' });
+    };
+    return t;
   }
 
   lock(board: number, lock: number) {

@@ -18,7 +18,7 @@ export interface EdgeTerminalsTable {
   applied_seq?: number | string;
   /** the terminal journal whose seq applied_seq counts (null: none seen yet) */
   journal_id?: string | null;
-  /** when the event after applied_seq was first found missing while a later one waited */
+  /** since when the event after applied_seq counts as missing: when the first event held behind it was stored, but no earlier than edge.gapGiveUpSeconds - edge.gapResendSeconds before the gap was noticed (edge/ingest.ts) */
   gap_since?: string | null;
   /** central receive time - status.at of the last online status, ms (migration 403; edge/clock.ts) */
   clock_offset_ms?: number | string | null;

@@ -89,6 +89,12 @@ interface CursorRow {
   pup_uid: string | null;
 }
 
+/** How a door event is applied: again after a refusal (`replayOf`: its outcome now), and who hears of a shipment it changed. */
+interface DoorControl {
+  replayOf?: string;
+  changed?: (shipmentUid: string) => void;
+}
+
 /** What an apply transaction leaves to do after its COMMIT (built again on a retried attempt). */
 interface AfterCommit {
   acks: { terminalId: string; msg: EventAck }[];
@@ -137,6 +143,8 @@ const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FR
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
+/** door events of a terminal journal after a seq that were refused for their shipment's state or code (replayRefused) */
+const REFUSED_AFTER = "SELECT event_id, journal_id, seq, type, at, received_at, payload, outcome FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 AND type IN ('dropOff', 'pickUp') AND outcome IN ('rejected:InvalidShipmentState', 'rejected:InvalidAccessCode') ORDER BY seq";
 /** a journal of the terminal with an event applied already (an old journal, not one waiting for its seq 1) */
 const JOURNAL_APPLIED = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND processed = 1 LIMIT 1';
 const PENDING_SQL = `SELECT event_id, journal_id, seq, type, at, received_at, payload FROM edge_events WHERE processed = 0 AND terminal_id = ? ORDER BY seq LIMIT ${PENDING_READ}`;
@@ -639,9 +647,9 @@ export class EventIngest {
     // locker when the advance ends (ObservationBatch); with savepoints, event by event (an event
     // rolled back to its savepoint takes its observation with it)
     const observations = savepoints ? null : new ObservationBatch(exec, this.log);
-    const apply = (row: PendingRow) => {
+    const apply = (row: PendingRow, ctl?: DoorControl) => {
       done.add(row.event_id);
-      return this.processIn(trx, exec, terminalId, row, cur, after, savepoints, stored, observations);
+      return this.processIn(trx, exec, terminalId, row, cur, after, savepoints, stored, observations, ctl);
     };
     // Late events first: unprocessed events the cursor is already past. The gap before them was
     // given up on (EVENT_GAP_SKIPPED) and they came after all (a terminal back from a power cut
@@ -657,12 +665,16 @@ export class EventIngest {
     const { late, abandoned } = await this.lateEvents(exec, terminalId, pending, journal, applied);
     for (const a of abandoned) after.logs.push(() => this.log.error({ terminal: terminalId, journal: a.journal, missing: [1, a.from - 1], events: a.events, errorCode: 'EVENT_GAP_SKIPPED' }, 'a journal whose first events never came is given up on: its events are applied late'));
     for (const r of late) {
-      if (!(await apply(r))) {
+      const changed = new Set<string>();
+      if (!(await apply(r, { changed: (u) => changed.add(u) }))) {
         held = true;
         break;
       }
       const [a, j] = [applied, journal];
-      after.logs.push(() => this.log.warn({ terminal: terminalId, journal: r.journal_id, seq: r.seq, type: r.type, appliedSeq: a, currentJournal: j, errorCode: 'EVENT_LATE' }, 'an event came after the cursor had passed it (its gap given up, or its journal replaced): applied late, out of seq order'));
+      after.logs.push(() => this.log.warn({ terminal: terminalId, journal: r.journal_id, seq: r.seq, type: r.type, appliedSeq: a, currentJournal: j, errorCode: 'EVENT_LATE' }, 'an event came after the cursor had passed it (its gap given up, or its journal replaced): acted on late, out of seq order'));
+      // a door event it changed a shipment with: that shipment's door events after it, refused
+      // for the shipment's state while it was missing, are tried again in seq order
+      if (changed.size) await this.replayRefused(trx, exec, terminalId, r, cur, after, savepoints, changed);
     }
     for (let guard = 0; !held && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
@@ -722,7 +734,11 @@ export class EventIngest {
         // the missing one was overdue from then on. A gap found only once the one before it was
         // given up on has waited as long already, and is given up on with it, not a whole
         // edge.gapGiveUpSeconds later
-        gapSince = toDbTime(new Date(Math.min(nowMs, Number.isFinite(heldSince) ? heldSince : nowMs)));
+        // At least edge.gapResendSeconds after it is noticed, though, and one resendFrom: a gap
+        // noticed late (a new journal's, after its seq 1 came; after the central service was down)
+        // is asked for once before it is given up on
+        const minWaitMs = Math.max(0, (this.ctx.config.edge.gapGiveUpSeconds - this.ctx.config.edge.gapResendSeconds) * 1000);
+        gapSince = toDbTime(new Date(Math.min(nowMs, Math.max(Number.isFinite(heldSince) ? heldSince : nowMs, nowMs - minWaitMs))));
         const a = applied;
         const held = later.seq;
         after.logs.push(() => this.log.info({ terminal: terminalId, missing: a + 1, held }, 'event gap: later events held until it is filled'));
@@ -777,6 +793,43 @@ export class EventIngest {
   }
 
   /**
+   * A late door event (`late`) changed the shipments in `shipments`: the door events of the same
+   * terminal journal after it that were refused for a shipment's state or code while it was
+   * missing (a pick-up refused because its drop-off had not come) and name one of those
+   * shipments are applied again, in seq order, each inside a savepoint: one refused again keeps
+   * its outcome; one that applies changes its shipment too (a chain follows). Without this the
+   * late drop-off would leave its shipment ReadyForPickup with the parcel already collected.
+   * Without savepoints the batch runs again with them (rare: only after a late door event).
+   * A failure other than a refusal fails the advance, the late event with it (retried).
+   */
+  private async replayRefused(trx: Trx, exec: ObsExec, terminalId: string, late: PendingRow, cur: CursorRow, after: AfterCommit, savepoints: boolean, shipments: Set<string>): Promise<void> {
+    if (late.journal_id == null) return;
+    const rows = (await exec<PendingRow & { outcome: string }>(REFUSED_AFTER, [terminalId, late.journal_id, late.seq])).rows;
+    for (const raw of rows) {
+      const row = { ...raw, seq: Number(raw.seq) };
+      let shipment: unknown;
+      try {
+        shipment = (JSON.parse(row.payload) as { shipmentUid?: unknown }).shipmentUid;
+      } catch {
+        continue;
+      }
+      if (typeof shipment !== 'string' || !shipments.has(shipment)) continue;
+      if (!savepoints) throw new RedoWithSavepoints(new Error('a late door event: refused door events after it are tried again'));
+      await this.savepoint(trx, 'begin');
+      try {
+        const noFinish = async () => undefined;
+        await this.processOne(trx, exec, terminalId, row, cur, after, noFinish, null, { replayOf: raw.outcome, changed: (u) => shipments.add(u) });
+        await this.savepoint(trx, 'release');
+        after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, before: raw.outcome, lateSeq: late.seq, errorCode: 'EVENT_REAPPLIED' }, 'a door event refused while an earlier one was missing is applied now that it came'));
+      } catch (err) {
+        await this.savepoint(trx, 'rollback');
+        if (err instanceof ApiError) continue; // refused again: its outcome stays
+        throw err;
+      }
+    }
+  }
+
+  /**
    * The unprocessed events among `pending` that the cursor is past, each journal's in seq order:
    * - of the current journal, at or below applied_seq (their gap was given up on before they came);
    * - of an older journal of the terminal (one with an event applied already: the terminal has
@@ -790,10 +843,15 @@ export class EventIngest {
   private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<{ late: PendingRow[]; abandoned: { journal: string; from: number; events: number }[] }> {
     const late: PendingRow[] = [];
     const abandoned: { journal: string; from: number; events: number }[] = [];
-    if (journal === null) return { late, abandoned };
     const others = new Map<string, PendingRow[]>();
     for (const r of pending) {
-      if (r.journal_id == null) continue; // legacy events are applied as they come
+      if (r.journal_id == null) {
+        // legacy events (no journal id): behind a legacy cursor they count in its seq; behind a
+        // journal's cursor they are applied as they come (advanceIn)
+        if (journal === null && r.seq <= applied) late.push(r);
+        continue;
+      }
+      if (journal === null) continue; // the first journal id names the cursor's journal (storeIn)
       if (r.journal_id === journal) {
         if (r.seq <= applied) late.push(r);
         continue;
@@ -823,7 +881,7 @@ export class EventIngest {
    * event runs inside a SAVEPOINT, so a failure undoes its writes alone; without, a failure
    * throws RedoWithSavepoints and the batch runs again with them (applyBatch).
    */
-  private async processIn(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, savepoints: boolean, stored: string[], observations: ObservationBatch | null): Promise<boolean> {
+  private async processIn(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, savepoints: boolean, stored: string[], observations: ObservationBatch | null, ctl?: DoorControl): Promise<boolean> {
     // 'stored' is written with the advance's others (advanceIn), once the event went through: an
     // event rolled back to its savepoint is not among them
     let isStored = false;
@@ -833,7 +891,7 @@ export class EventIngest {
     };
     if (savepoints) await this.savepoint(trx, 'begin');
     try {
-      const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish, observations);
+      const ok = await this.processOne(trx, exec, terminalId, row, cur, after, finish, observations, ctl);
       if (savepoints) await this.savepoint(trx, 'release');
       if (isStored) stored.push(row.event_id);
       after.applied++;
@@ -859,7 +917,7 @@ export class EventIngest {
     }
   }
 
-  private async processOne(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, finish: (outcome: string) => Promise<void>, observations: ObservationBatch | null): Promise<boolean> {
+  private async processOne(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, cur: CursorRow, after: AfterCommit, finish: (outcome: string) => Promise<void>, observations: ObservationBatch | null, ctl?: DoorControl): Promise<boolean> {
     const pup = cur.pup_uid;
     if (row.type !== 'dropOff' && row.type !== 'pickUp') {
       // the lock's observed state (edge/observations.ts)
@@ -884,11 +942,14 @@ export class EventIngest {
     const receivedAt = new Date(row.received_at);
     const at = doorTime(row.at, receivedAt, { offsetMs: cur.clock_offset_ms, skewed: cur.clock_skewed } as Parameters<typeof doorTime>[2]);
     // claimed in the transaction that applies it: applied once, whichever instance gets there first
-    const claim = async () => (await exec("UPDATE edge_events SET processed = 1, outcome = 'applying' WHERE event_id = ? AND processed = 0", [row.event_id])).numAffectedRows === 1;
+    const claim = ctl?.replayOf
+      ? async () => (await exec("UPDATE edge_events SET outcome = 'applying' WHERE event_id = ? AND processed = 1 AND outcome = ?", [row.event_id, ctl.replayOf])).numAffectedRows === 1
+      : async () => (await exec("UPDATE edge_events SET processed = 1, outcome = 'applying' WHERE event_id = ? AND processed = 0", [row.event_id])).numAffectedRows === 1;
     const r = await shipmentService(this.ctx).applyLockerAccessIn(trx, { pupUid: pup, lockerUid: f.data.lockerUid, code: code.value, codeId: f.data.codeId, itemPresent: item, at, receivedAt, claim, cause: 'door' });
     if (r.skipped) return true; // another instance applied it
     after.logs.push(() => this.log.info({ terminal: terminalId, seq: row.seq, type: row.type, shipment: r.shipmentUid, changed: r.changed, state: r.stateCode }, 'door event applied'));
     await exec('UPDATE edge_events SET outcome = ? WHERE event_id = ?', [`${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}`, row.event_id]);
+    if (r.changed) ctl?.changed?.(r.shipmentUid);
     return true;
   }
 }

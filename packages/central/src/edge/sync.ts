@@ -682,16 +682,20 @@ export class EdgeSync implements Worker {
    * never retried: its gap never given up on.
    */
   private async retryUnprocessed(): Promise<void> {
-    const rows = await this.db
-      .selectFrom('edge_events')
-      .select('terminal_id')
-      .distinct()
-      .where('processed', '=', 0)
-      .where('terminal_id', '>', this.sweptThrough)
-      .orderBy('terminal_id')
-      .limit(RETRY_SWEEP)
-      .execute();
-    this.sweptThrough = rows.length < RETRY_SWEEP ? '' : rows[rows.length - 1]!.terminal_id;
-    await this.ingest.advance(rows.map((r) => r.terminal_id));
+    const page = async (after: string, n: number) =>
+      (await this.db.selectFrom('edge_events').select('terminal_id').distinct().where('processed', '=', 0).where('terminal_id', '>', after).orderBy('terminal_id').limit(n).execute()).map((r) => r.terminal_id);
+    const from = this.sweptThrough;
+    let ids = await page(from, RETRY_SWEEP);
+    let last = ids.length === RETRY_SWEEP ? ids[ids.length - 1]! : '';
+    if (ids.length < RETRY_SWEEP && from !== '') {
+      // the end reached: the sweep is filled up from the start, up to where it began
+      const room = RETRY_SWEEP - ids.length;
+      const more = (await page('', room)).filter((id) => id <= from);
+      ids = ids.concat(more);
+      // a full page (all of it before where the sweep began): the next goes on after it; else all was covered
+      last = more.length === room ? more[more.length - 1]! : '';
+    }
+    this.sweptThrough = last;
+    await this.ingest.advance(ids);
   }
 }

@@ -34,6 +34,11 @@ export interface LockBusOptions {
   port?: string;
   /** Or a ready transport (tests: MemoryTransport). One of port / transport is required. */
   transport?: Transport;
+  /**
+   * Opens `port` (default: the transport factory's createTransport, at the bus's resolved baud
+   * rate). A test wraps the real one to inject a fault into the real link.
+   */
+  createTransport?: (port: string, opts: { baudRate: number }) => Transport;
   dialect: DialectName | Dialect;
   /**
    * Default: `?baud=` of the port string, else the dialect's default (CU16 19200, 8A/80 9600).
@@ -246,7 +251,7 @@ export class LockBus extends EventEmitter<LockBusEvents> {
     // one source of truth: the port opens at this rate and the gap / timings are computed from it
     this.baudRate = resolveBaudRate(opts.transport ? undefined : opts.port, opts.baudRate, d.defaultBaudRate);
     this.polarity = opts.polarity ?? 'closed-high';
-    this.transport = opts.transport ?? createTransport(opts.port!, { baudRate: this.baudRate });
+    this.transport = opts.transport ?? (opts.createTransport ?? createTransport)(opts.port!, { baudRate: this.baudRate });
     this.log = (opts.logger ?? pino({ level: 'info' })).child({ ns: 'lockbus.driver', bus: opts.name });
     this.now = opts.now ?? Date.now;
     const charMs = (10 * 1000) / this.baudRate;
