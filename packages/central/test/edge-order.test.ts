@@ -228,7 +228,7 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     await waitFor(() => lastAck()?.journalId === other && lastAck()?.upTo === 1, 'acknowledged for the new journal');
   });
 
-  it('an event of the replaced journal that comes after the new one took over is applied late; a newer journal waits for its seq 1, until it is given up on as abandoned', async () => {
+  it('an event of the replaced journal that comes after the new one took over is applied late; a newer journal waits for its seq 1', async () => {
     const current = lastAck()!.journalId as string; // the new journal of the test before
     expect(current).not.toBe(journalId);
     const s = await shipment();
@@ -238,11 +238,6 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     expect(await eventRow(old)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
     // a third journal's seq 2 before its seq 1: held (a journal with nothing applied is not an old one)
     const third = `journal-${crypto.randomUUID()}`;
-    const sendIn = async (journal: string, n: number, type: string, fields: Record<string, unknown>) => {
-      const eventId = crypto.randomUUID();
-      await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: journal, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
-      return eventId;
-    };
     const sendThird = (n: number, type: string, fields: Record<string, unknown>) => sendIn(third, n, type, fields);
     const second = await sendThird(2, 'pickUp', { ...(await s.access('pickUp')), item: false });
     await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', second).executeTakeFirst()) != null, 'stored');
@@ -253,22 +248,53 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'the third journal applied from its seq 1');
     await waitFor(() => lastAck()?.journalId === third && lastAck()?.upTo === 2, 'acknowledged for the third journal');
     expect(await unprocessed()).toBe(0);
+  });
 
-    // a fourth journal whose seq 1 never comes (its store replaced again before that got through):
-    // held like a new journal, then given up on after edge.gapGiveUpSeconds and applied late; the
-    // cursor stays on the third
-    const s3 = await shipment();
-    const fourth = await sendIn(`journal-${crypto.randomUUID()}`, 3, 'dropOff', await s3.access('dropOff'));
-    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', fourth).executeTakeFirst()) != null, 'stored');
-    await new Promise((r) => setTimeout(r, 400)); // two retry sweeps
-    expect((await eventRow(fourth)).processed).toBe(0);
+  const cursorJournal = async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('journal_id').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).journal_id;
+  const sendIn = async (journal: string, n: number, type: string, fields: Record<string, unknown>) => {
+    const eventId = crypto.randomUUID();
+    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: journal, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
+    return eventId;
+  };
+  const door = { bus: 'bus0', board: 0, lock: 1 };
+
+  it('a newer journal whose seq 1 has not come within edge.gapGiveUpSeconds is taken over where its events begin; its seq 1, coming later, is applied late', async () => {
+    const before = await cursorJournal();
+    t.clock.advance(1_000); // after the cursor's last event
+    const live = `journal-${crypto.randomUUID()}`;
+    const s = await shipment();
+    const third = await sendIn(live, 3, 'dropOff', await s.access('dropOff')); // seq 1 and 2 delayed (say, a power cut)
+    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', third).executeTakeFirst()) != null, 'stored');
     t.clock.advance(30_000);
     await new Promise((r) => setTimeout(r, 400));
-    expect(await state(s3.uid)).toBe('ReadyForDropoff'); // not yet: a new journal's seq 1 may still come
+    expect(await state(s.uid)).toBe('ReadyForDropoff'); // a new journal's seq 1 may still come
+    expect(await cursorJournal()).toBe(before);
     t.clock.advance(31_000);
-    await waitFor(async () => (await state(s3.uid)) === 'ReadyForPickup', 'the abandoned journal applied late');
-    expect(await eventRow(fourth)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
-    expect((await t.ctx.db.kysely.selectFrom('edge_terminals').select('journal_id').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).journal_id).toBe(third);
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'taken over at seq 3');
+    expect(await cursorJournal()).toBe(live);
+    await waitFor(() => lastAck()?.journalId === live && lastAck()?.upTo === 3, 'the live journal acknowledged up to 3');
+    // the terminal is back and sends 1 and 2: below the cursor, applied late
+    const one = await sendIn(live, 1, 'doorOpened', door);
+    const two = await sendIn(live, 2, 'doorClosed', door);
+    await waitFor(async () => (await eventRow(one)).processed === 1 && (await eventRow(two)).processed === 1, 'seq 1 and 2 applied late');
+    expect(await unprocessed()).toBe(0);
+    expect(await cursorJournal()).toBe(live);
+    await collect(s);
+  });
+
+  it('an older journal whose seq 1 never came (a store replaced again before it got through) is given up on and applied late; the cursor stays', async () => {
+    const s = await shipment();
+    const stale = `journal-${crypto.randomUUID()}`;
+    const staleEv = await sendIn(stale, 2, 'dropOff', await s.access('dropOff'));
+    t.clock.advance(1_000);
+    const live = `journal-${crypto.randomUUID()}`;
+    await sendIn(live, 1, 'doorOpened', door); // the newer store, from its seq 1
+    await waitFor(async () => (await cursorJournal()) === live, 'the newer journal taken at its seq 1');
+    expect((await eventRow(staleEv)).processed).toBe(0);
+    t.clock.advance(61_000);
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'the stale journal applied late');
+    expect(await eventRow(staleEv)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
+    expect(await cursorJournal()).toBe(live);
     expect(await unprocessed()).toBe(0);
   });
 });

@@ -93,6 +93,8 @@ interface CursorRow {
 interface DoorControl {
   replayOf?: string;
   changed?: (shipmentUid: string) => void;
+  /** the event was claimed and its outcome written */
+  applied?: () => void;
 }
 
 /** What an apply transaction leaves to do after its COMMIT (built again on a retried attempt). */
@@ -145,6 +147,8 @@ const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, co
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
 /** door events of a terminal journal after a seq that were refused for their shipment's state or code (replayRefused) */
 const REFUSED_AFTER = "SELECT event_id, journal_id, seq, type, at, received_at, payload, outcome FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 AND type IN ('dropOff', 'pickUp') AND outcome IN ('rejected:InvalidShipmentState', 'rejected:InvalidAccessCode') ORDER BY seq";
+/** when the cursor's event was stored (which of two journals is newer: lateEvents) */
+const SEQ_RECEIVED = 'SELECT received_at FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq = ? LIMIT 1';
 /** a journal of the terminal with an event applied already (an old journal, not one waiting for its seq 1) */
 const JOURNAL_APPLIED = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND processed = 1 LIMIT 1';
 const PENDING_SQL = `SELECT event_id, journal_id, seq, type, at, received_at, payload FROM edge_events WHERE processed = 0 AND terminal_id = ? ORDER BY seq LIMIT ${PENDING_READ}`;
@@ -652,30 +656,18 @@ export class EventIngest {
       return this.processIn(trx, exec, terminalId, row, cur, after, savepoints, stored, observations, ctl);
     };
     // Late events first: unprocessed events the cursor is already past. The gap before them was
-    // given up on (EVENT_GAP_SKIPPED) and they came after all (a terminal back from a power cut
-    // longer than edge.gapGiveUpSeconds sends its unacknowledged journal again; a broker delivers
-    // a queued message late), or their journal was replaced by a new one meanwhile. Each is
-    // applied now, before what follows in order, as what it says at its own door time: the
-    // shipment transitions check the shipment's state (a drop-off whose booking expired meanwhile
-    // is the expiry race, docs/state-machine.md), and an observation older than the locker's
-    // changes nothing (observations.ts isNewer). Left below the cursor it was never applied: a
-    // drop-off in it was lost in effect. One that fails for a transient reason holds the rest, as
-    // an event in order does.
-    let held = false;
-    const { late, abandoned } = await this.lateEvents(exec, terminalId, pending, journal, applied);
-    for (const a of abandoned) after.logs.push(() => this.log.error({ terminal: terminalId, journal: a.journal, missing: [1, a.from - 1], events: a.events, errorCode: 'EVENT_GAP_SKIPPED' }, 'a journal whose first events never came is given up on: its events are applied late'));
-    for (const r of late) {
-      const changed = new Set<string>();
-      if (!(await apply(r, { changed: (u) => changed.add(u) }))) {
-        held = true;
-        break;
-      }
-      const [a, j] = [applied, journal];
-      after.logs.push(() => this.log.warn({ terminal: terminalId, journal: r.journal_id, seq: r.seq, type: r.type, appliedSeq: a, currentJournal: j, errorCode: 'EVENT_LATE' }, 'an event came after the cursor had passed it (its gap given up, or its journal replaced): acted on late, out of seq order'));
-      // a door event it changed a shipment with: that shipment's door events after it, refused
-      // for the shipment's state while it was missing, are tried again in seq order
-      if (changed.size) await this.replayRefused(trx, exec, terminalId, r, cur, after, savepoints, changed);
-    }
+    // given up on (EVENT_GAP_SKIPPED) and they came after all (a broker delivers a queued message
+    // late; a terminal's resend crossed the acknowledgement past the gap), or their journal was
+    // replaced by a newer one meanwhile. Each is applied now, before what follows in order, as
+    // what it says at its own door time: the shipment transitions check the shipment's state (a
+    // drop-off whose booking expired meanwhile is the expiry race, docs/state-machine.md), and an
+    // observation older than the locker's changes nothing (observations.ts isNewer). Left below
+    // the cursor it was never applied: a drop-off in it was lost in effect. One that fails for a
+    // transient reason holds the rest, as an event in order does. Door events of the same journal
+    // after a late one that changed a shipment, refused for that shipment's state or code while
+    // the late one was missing, are applied again in the same seq-ordered pass (replayRefused).
+    const { late, takeover } = await this.lateEvents(exec, terminalId, pending, journal, applied);
+    const held = !(await this.applyLate(trx, exec, terminalId, late, cur, after, savepoints, apply, { applied, journal }));
     for (let guard = 0; !held && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
       // ordered delivery) are applied as they come; a new journal (a new store, counting from 1
@@ -686,14 +678,18 @@ export class EventIngest {
           if (!(await apply(stray))) break;
           continue;
         }
-        if (stray) {
+        // a newer journal whose seq 1 has not come within edge.gapGiveUpSeconds: taken over at its
+        // lowest stored seq, as a gap is given up on; its seq 1 is then a late event of it
+        const to = stray ? { journal: stray.journal_id!, from: 1 } : takeover && takeover.journal !== journal ? takeover : null;
+        if (to) {
           let ok = true;
           for (const h of pending) if (h.journal_id === journal && !done.has(h.event_id) && !(ok = await apply(h))) break;
           if (!ok) break;
           const j = journal;
-          after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: stray.journal_id }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
-          journal = stray.journal_id;
-          applied = 0;
+          if (to.from === 1) after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: to.journal }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
+          else after.logs.push(() => this.log.error({ terminal: terminalId, from: j, to: to.journal, missing: [1, to.from - 1], errorCode: 'EVENT_GAP_SKIPPED' }, 'the terminal started a new journal whose first events never came: taken over where its events begin'));
+          journal = to.journal;
+          applied = to.from - 1;
           gapSince = null;
           continue;
         }
@@ -793,40 +789,68 @@ export class EventIngest {
   }
 
   /**
-   * A late door event (`late`) changed the shipments in `shipments`: the door events of the same
-   * terminal journal after it that were refused for a shipment's state or code while it was
-   * missing (a pick-up refused because its drop-off had not come) and name one of those
-   * shipments are applied again, in seq order, each inside a savepoint: one refused again keeps
-   * its outcome; one that applies changes its shipment too (a chain follows). Without this the
-   * late drop-off would leave its shipment ReadyForPickup with the parcel already collected.
-   * Without savepoints the batch runs again with them (rare: only after a late door event).
-   * A failure other than a refusal fails the advance, the late event with it (retried).
+   * Applies the late events (lateEvents), journal by journal, in one seq-ordered pass with the
+   * door events of that journal after the first of them that were refused for a shipment's state
+   * or code (REFUSED_AFTER): a refused one is applied again when its code's shipment was changed
+   * by a late event, or by an event applied again, before it in the pass (a pick-up refused while
+   * its drop-off was missing; a chain follows). Without this the late drop-off would leave its
+   * shipment ReadyForPickup with the parcel already collected. False when a late event failed for
+   * a transient reason (it holds the rest, as an event in order does).
    */
-  private async replayRefused(trx: Trx, exec: ObsExec, terminalId: string, late: PendingRow, cur: CursorRow, after: AfterCommit, savepoints: boolean, shipments: Set<string>): Promise<void> {
-    if (late.journal_id == null) return;
-    const rows = (await exec<PendingRow & { outcome: string }>(REFUSED_AFTER, [terminalId, late.journal_id, late.seq])).rows;
-    for (const raw of rows) {
-      const row = { ...raw, seq: Number(raw.seq) };
-      let shipment: unknown;
-      try {
-        shipment = (JSON.parse(row.payload) as { shipmentUid?: unknown }).shipmentUid;
-      } catch {
-        continue;
-      }
-      if (typeof shipment !== 'string' || !shipments.has(shipment)) continue;
-      if (!savepoints) throw new RedoWithSavepoints(new Error('a late door event: refused door events after it are tried again'));
-      await this.savepoint(trx, 'begin');
-      try {
-        const noFinish = async () => undefined;
-        await this.processOne(trx, exec, terminalId, row, cur, after, noFinish, null, { replayOf: raw.outcome, changed: (u) => shipments.add(u) });
-        await this.savepoint(trx, 'release');
-        after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, before: raw.outcome, lateSeq: late.seq, errorCode: 'EVENT_REAPPLIED' }, 'a door event refused while an earlier one was missing is applied now that it came'));
-      } catch (err) {
-        await this.savepoint(trx, 'rollback');
-        if (err instanceof ApiError) continue; // refused again: its outcome stays
-        throw err;
+  private async applyLate(trx: Trx, exec: ObsExec, terminalId: string, late: PendingRow[], cur: CursorRow, after: AfterCommit, savepoints: boolean, apply: (row: PendingRow, ctl?: DoorControl) => Promise<boolean>, at: { applied: number; journal: string | null }): Promise<boolean> {
+    const byJournal = new Map<string | null, PendingRow[]>();
+    for (const r of late) {
+      const j = r.journal_id ?? null;
+      if (!byJournal.has(j)) byJournal.set(j, []);
+      byJournal.get(j)!.push(r);
+    }
+    for (const [j, rows] of byJournal) {
+      const refused = j === null ? [] : (await exec<PendingRow & { outcome: string }>(REFUSED_AFTER, [terminalId, j, rows[0]!.seq])).rows.map((r) => ({ ...r, seq: Number(r.seq) }));
+      const pass = [...rows.map((row) => ({ row, outcome: null as string | null })), ...refused.map((row) => ({ row, outcome: row.outcome }))].sort((x, y) => x.row.seq - y.row.seq);
+      const changed = new Set<string>();
+      for (const { row, outcome } of pass) {
+        if (outcome === null) {
+          if (!(await apply(row, { changed: (u) => changed.add(u) }))) return false;
+          after.logs.push(() => this.log.warn({ terminal: terminalId, journal: row.journal_id, seq: row.seq, type: row.type, appliedSeq: at.applied, currentJournal: at.journal, errorCode: 'EVENT_LATE' }, 'an event came after the cursor had passed it (its gap given up, or its journal replaced): acted on late, out of seq order'));
+        } else if (changed.size) await this.replayOne(trx, exec, terminalId, row, outcome, cur, after, savepoints, changed);
       }
     }
+    return true;
+  }
+
+  /**
+   * A door event refused earlier (`outcome`) applied again when the shipment of its code is among
+   * `changed` (applyLate), inside a savepoint: refused again, it keeps its outcome; applied, its
+   * shipment joins `changed`. Without savepoints the batch runs again with them (rare: only after
+   * a late door event). A deadlock or serialization failure runs the batch again (PostgreSQL);
+   * any other failure leaves the event as it was (logged).
+   */
+  private async replayOne(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, outcome: string, cur: CursorRow, after: AfterCommit, savepoints: boolean, changed: Set<string>): Promise<void> {
+    let codeId: unknown;
+    try {
+      codeId = (JSON.parse(row.payload) as { codeId?: unknown }).codeId;
+    } catch {
+      return;
+    }
+    if (typeof codeId !== 'string') return;
+    const code = (await exec<{ shipment_uid: string }>('SELECT shipment_uid FROM access_codes WHERE uid = ?', [codeId])).rows[0];
+    if (!code || !changed.has(code.shipment_uid)) return;
+    if (!savepoints) throw new RedoWithSavepoints(new Error('a late door event: refused door events after it are tried again'));
+    await this.savepoint(trx, 'begin');
+    let reapplied = false;
+    try {
+      await this.processOne(trx, exec, terminalId, row, cur, after, async () => undefined, null, { replayOf: outcome, changed: (u) => changed.add(u), applied: () => (reapplied = true) });
+      await this.savepoint(trx, 'release');
+    } catch (err) {
+      await this.savepoint(trx, 'rollback');
+      if (isRetryablePgError(err)) throw err;
+      if (!(err instanceof ApiError)) {
+        const msg = (err as Error).message;
+        after.logs.push(() => this.log.error({ terminal: terminalId, seq: row.seq, type: row.type, err: msg, errorCode: 'EVENT_REAPPLY_FAILED' }, 'applying a refused door event again after a late one failed; it stays refused'));
+      }
+      return;
+    }
+    if (reapplied) after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, before: outcome, errorCode: 'EVENT_REAPPLIED' }, 'a door event refused while an earlier one was missing is applied now that it came'));
   }
 
   /**
@@ -835,14 +859,17 @@ export class EventIngest {
    * - of an older journal of the terminal (one with an event applied already: the terminal has
    *   replaced that store since);
    * - of a journal with nothing applied whose seq 1 has not come within edge.gapGiveUpSeconds of
-   *   its first event being stored (`abandoned`). Such a journal is otherwise a new one waiting for
-   *   its seq 1 (the agent sends its unacknowledged events again every mqtt.publishTimeoutMs, so a
-   *   live journal's seq 1 does come): this one's store was replaced again before its seq 1 got
-   *   through, and nothing would ever apply its events.
+   *   its first event being stored, and that is older than the cursor's (its first event stored
+   *   before the cursor's event at applied_seq): a store replaced again before its seq 1 got
+   *   through, whose events nothing would ever apply.
+   * `takeover`: such a journal that is newer than the cursor's: the terminal's live journal, whose
+   * seq 1 was lost or is late (a power cut longer than edge.gapGiveUpSeconds). It is taken over at
+   * its lowest stored seq, as a gap is given up on (advanceIn); its seq 1 is then a late event of
+   * it. Otherwise a journal with nothing applied is a new one waiting for its seq 1 (the agent
+   * sends its unacknowledged events again every mqtt.publishTimeoutMs).
    */
-  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<{ late: PendingRow[]; abandoned: { journal: string; from: number; events: number }[] }> {
+  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<{ late: PendingRow[]; takeover: { journal: string; from: number } | null }> {
     const late: PendingRow[] = [];
-    const abandoned: { journal: string; from: number; events: number }[] = [];
     const others = new Map<string, PendingRow[]>();
     for (const r of pending) {
       if (r.journal_id == null) {
@@ -861,6 +888,8 @@ export class EventIngest {
       rows.push(r);
     }
     const nowMs = this.ctx.clock.now().getTime();
+    let cursorAt: number | undefined;
+    let takeover: { journal: string; from: number; since: number } | null = null;
     for (const [j, rows] of others) {
       if ((await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) {
         late.push(...rows);
@@ -869,10 +898,19 @@ export class EventIngest {
       if (rows.some((r) => r.seq === 1)) continue; // taken over from its seq 1 (advanceIn)
       const since = Math.min(...rows.map((r) => Date.parse(r.received_at)));
       if (nowMs - since < this.ctx.config.edge.gapGiveUpSeconds * 1000) continue;
-      late.push(...rows);
-      abandoned.push({ journal: j, from: rows[0]!.seq, events: rows.length });
+      if (cursorAt === undefined) cursorAt = applied > 0 ? Date.parse((await exec<{ received_at: string }>(SEQ_RECEIVED, [terminalId, journal, applied])).rows[0]?.received_at ?? '') : NaN;
+      if (Number.isFinite(cursorAt) && since < cursorAt!) {
+        late.push(...rows); // older than the cursor's journal: abandoned
+        continue;
+      }
+      if (takeover && takeover.since >= since) {
+        late.push(...rows);
+        continue;
+      }
+      if (takeover) late.push(...others.get(takeover.journal)!);
+      takeover = { journal: j, from: rows[0]!.seq, since };
     }
-    return { late, abandoned };
+    return { late, takeover: takeover && { journal: takeover.journal, from: takeover.from } };
   }
 
   /**
@@ -950,6 +988,7 @@ export class EventIngest {
     after.logs.push(() => this.log.info({ terminal: terminalId, seq: row.seq, type: row.type, shipment: r.shipmentUid, changed: r.changed, state: r.stateCode }, 'door event applied'));
     await exec('UPDATE edge_events SET outcome = ? WHERE event_id = ?', [`${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}`, row.event_id]);
     if (r.changed) ctl?.changed?.(r.shipmentUid);
+    ctl?.applied?.();
     return true;
   }
 }

@@ -682,17 +682,20 @@ export class EdgeSync implements Worker {
    * never retried: its gap never given up on.
    */
   private async retryUnprocessed(): Promise<void> {
-    const page = async (after: string, n: number) =>
-      (await this.db.selectFrom('edge_events').select('terminal_id').distinct().where('processed', '=', 0).where('terminal_id', '>', after).orderBy('terminal_id').limit(n).execute()).map((r) => r.terminal_id);
+    const page = async (after: string, n: number, upTo?: string) => {
+      let q = this.db.selectFrom('edge_events').select('terminal_id').distinct().where('processed', '=', 0).where('terminal_id', '>', after);
+      if (upTo !== undefined) q = q.where('terminal_id', '<=', upTo);
+      return (await q.orderBy('terminal_id').limit(n).execute()).map((r) => r.terminal_id);
+    };
     const from = this.sweptThrough;
     let ids = await page(from, RETRY_SWEEP);
     let last = ids.length === RETRY_SWEEP ? ids[ids.length - 1]! : '';
     if (ids.length < RETRY_SWEEP && from !== '') {
       // the end reached: the sweep is filled up from the start, up to where it began
       const room = RETRY_SWEEP - ids.length;
-      const more = (await page('', room)).filter((id) => id <= from);
+      const more = await page('', room, from);
       ids = ids.concat(more);
-      // a full page (all of it before where the sweep began): the next goes on after it; else all was covered
+      // a full page: the next sweep goes on after it; else all was covered
       last = more.length === room ? more[more.length - 1]! : '';
     }
     this.sweptThrough = last;
