@@ -258,43 +258,26 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
   };
   const door = { bus: 'bus0', board: 0, lock: 1 };
 
-  it('a newer journal whose seq 1 has not come within edge.gapGiveUpSeconds is taken over where its events begin; its seq 1, coming later, is applied late', async () => {
+  it('a new journal whose seq 1 has not come is held, also past edge.gapGiveUpSeconds, and taken over from its seq 1 when it comes', async () => {
     const before = await cursorJournal();
-    t.clock.advance(1_000); // after the cursor's last event
-    const live = `journal-${crypto.randomUUID()}`;
-    const s = await shipment();
-    const third = await sendIn(live, 3, 'dropOff', await s.access('dropOff')); // seq 1 and 2 delayed (say, a power cut)
-    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', third).executeTakeFirst()) != null, 'stored');
-    t.clock.advance(30_000);
-    await new Promise((r) => setTimeout(r, 400));
-    expect(await state(s.uid)).toBe('ReadyForDropoff'); // a new journal's seq 1 may still come
-    expect(await cursorJournal()).toBe(before);
-    t.clock.advance(31_000);
-    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'taken over at seq 3');
-    expect(await cursorJournal()).toBe(live);
-    await waitFor(() => lastAck()?.journalId === live && lastAck()?.upTo === 3, 'the live journal acknowledged up to 3');
-    // the terminal is back and sends 1 and 2: below the cursor, applied late
-    const one = await sendIn(live, 1, 'doorOpened', door);
-    const two = await sendIn(live, 2, 'doorClosed', door);
-    await waitFor(async () => (await eventRow(one)).processed === 1 && (await eventRow(two)).processed === 1, 'seq 1 and 2 applied late');
-    expect(await unprocessed()).toBe(0);
-    expect(await cursorJournal()).toBe(live);
-    await collect(s);
-  });
-
-  it('an older journal whose seq 1 never came (a store replaced again before it got through) is given up on and applied late; the cursor stays', async () => {
-    const s = await shipment();
-    const stale = `journal-${crypto.randomUUID()}`;
-    const staleEv = await sendIn(stale, 2, 'dropOff', await s.access('dropOff'));
     t.clock.advance(1_000);
     const live = `journal-${crypto.randomUUID()}`;
-    await sendIn(live, 1, 'doorOpened', door); // the newer store, from its seq 1
-    await waitFor(async () => (await cursorJournal()) === live, 'the newer journal taken at its seq 1');
-    expect((await eventRow(staleEv)).processed).toBe(0);
+    const s = await shipment();
+    const three = await sendIn(live, 3, 'dropOff', await s.access('dropOff')); // seq 1 and 2 held up (say, a power cut)
+    await waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', three).executeTakeFirst()) != null, 'stored');
     t.clock.advance(61_000);
-    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'the stale journal applied late');
-    expect(await eventRow(staleEv)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
+    await new Promise((r) => setTimeout(r, 600)); // retry sweeps
+    // never taken over without its seq 1: which journal is the live one cannot be told, and a wrong
+    // guess would leave the live one unacknowledged for good; the gauges show it held meanwhile
+    expect(await state(s.uid)).toBe('ReadyForDropoff');
+    expect((await eventRow(three)).processed).toBe(0);
+    expect(await cursorJournal()).toBe(before);
+    await sendIn(live, 1, 'doorOpened', door);
+    await sendIn(live, 2, 'doorClosed', door);
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'taken over from its seq 1, applied in order');
     expect(await cursorJournal()).toBe(live);
+    await waitFor(() => lastAck()?.journalId === live && lastAck()?.upTo === 3, 'the new journal acknowledged up to 3');
     expect(await unprocessed()).toBe(0);
+    await collect(s);
   });
 });

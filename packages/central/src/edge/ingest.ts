@@ -147,8 +147,6 @@ const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, co
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
 /** door events of a terminal journal after a seq that were refused for their shipment's state or code (replayRefused) */
 const REFUSED_AFTER = "SELECT event_id, journal_id, seq, type, at, received_at, payload, outcome FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 AND type IN ('dropOff', 'pickUp') AND outcome IN ('rejected:InvalidShipmentState', 'rejected:InvalidAccessCode') ORDER BY seq";
-/** when the cursor's event was stored (which of two journals is newer: lateEvents) */
-const SEQ_RECEIVED = 'SELECT received_at FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq = ? LIMIT 1';
 /** a journal of the terminal with an event applied already (an old journal, not one waiting for its seq 1) */
 const JOURNAL_APPLIED = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND processed = 1 LIMIT 1';
 const PENDING_SQL = `SELECT event_id, journal_id, seq, type, at, received_at, payload FROM edge_events WHERE processed = 0 AND terminal_id = ? ORDER BY seq LIMIT ${PENDING_READ}`;
@@ -666,7 +664,7 @@ export class EventIngest {
     // transient reason holds the rest, as an event in order does. Door events of the same journal
     // after a late one that changed a shipment, refused for that shipment's state or code while
     // the late one was missing, are applied again in the same seq-ordered pass (replayRefused).
-    const { late, takeover } = await this.lateEvents(exec, terminalId, pending, journal, applied);
+    const late = await this.lateEvents(exec, terminalId, pending, journal, applied);
     const held = !(await this.applyLate(trx, exec, terminalId, late, cur, after, savepoints, apply, { applied, journal }));
     for (let guard = 0; !held && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
@@ -678,18 +676,14 @@ export class EventIngest {
           if (!(await apply(stray))) break;
           continue;
         }
-        // a newer journal whose seq 1 has not come within edge.gapGiveUpSeconds: taken over at its
-        // lowest stored seq, as a gap is given up on; its seq 1 is then a late event of it
-        const to = stray ? { journal: stray.journal_id!, from: 1 } : takeover && takeover.journal !== journal ? takeover : null;
-        if (to) {
+        if (stray) {
           let ok = true;
           for (const h of pending) if (h.journal_id === journal && !done.has(h.event_id) && !(ok = await apply(h))) break;
           if (!ok) break;
           const j = journal;
-          if (to.from === 1) after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: to.journal }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
-          else after.logs.push(() => this.log.error({ terminal: terminalId, from: j, to: to.journal, missing: [1, to.from - 1], errorCode: 'EVENT_GAP_SKIPPED' }, 'the terminal started a new journal whose first events never came: taken over where its events begin'));
-          journal = to.journal;
-          applied = to.from - 1;
+          after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: stray.journal_id }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
+          journal = stray.journal_id;
+          applied = 0;
           gapSince = null;
           continue;
         }
@@ -855,22 +849,17 @@ export class EventIngest {
 
   /**
    * The unprocessed events among `pending` that the cursor is past, each journal's in seq order:
-   * - of the current journal, at or below applied_seq (their gap was given up on before they came);
-   * - of an older journal of the terminal (one with an event applied already: the terminal has
-   *   replaced that store since);
-   * - of a journal with nothing applied whose seq 1 has not come within edge.gapGiveUpSeconds of
-   *   its first event being stored, and that is older than the cursor's (its first event stored
-   *   before the cursor's event at applied_seq): a store replaced again before its seq 1 got
-   *   through, whose events nothing would ever apply.
-   * `takeover`: such a journal that is newer than the cursor's: the terminal's live journal, whose
-   * seq 1 was lost or is late (a power cut longer than edge.gapGiveUpSeconds). It is taken over at
-   * its lowest stored seq, as a gap is given up on (advanceIn); its seq 1 is then a late event of
-   * it. Otherwise a journal with nothing applied is a new one waiting for its seq 1 (the agent
-   * sends its unacknowledged events again every mqtt.publishTimeoutMs).
+   * of the current journal at or below applied_seq (their gap was given up on before they came),
+   * and of an older journal of the terminal (one with an event applied already: the terminal has
+   * replaced that store since). A journal with nothing applied is a new one waiting for its seq 1
+   * (advanceIn takes it over then; the agent sends its unacknowledged events again every
+   * mqtt.publishTimeoutMs): it is not late, and it is never taken over without its seq 1 (which
+   * of two journals is the terminal's live one cannot be told from the events alone; moving the
+   * cursor to the wrong one would leave the live one unacknowledged for good).
    */
-  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<{ late: PendingRow[]; takeover: { journal: string; from: number } | null }> {
+  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<PendingRow[]> {
     const late: PendingRow[] = [];
-    const others = new Map<string, PendingRow[]>();
+    const others = new Set<string>();
     for (const r of pending) {
       if (r.journal_id == null) {
         // legacy events (no journal id): behind a legacy cursor they count in its seq; behind a
@@ -881,36 +870,10 @@ export class EventIngest {
       if (journal === null) continue; // the first journal id names the cursor's journal (storeIn)
       if (r.journal_id === journal) {
         if (r.seq <= applied) late.push(r);
-        continue;
-      }
-      let rows = others.get(r.journal_id);
-      if (!rows) others.set(r.journal_id, (rows = []));
-      rows.push(r);
+      } else others.add(r.journal_id);
     }
-    const nowMs = this.ctx.clock.now().getTime();
-    let cursorAt: number | undefined;
-    let takeover: { journal: string; from: number; since: number } | null = null;
-    for (const [j, rows] of others) {
-      if ((await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) {
-        late.push(...rows);
-        continue;
-      }
-      if (rows.some((r) => r.seq === 1)) continue; // taken over from its seq 1 (advanceIn)
-      const since = Math.min(...rows.map((r) => Date.parse(r.received_at)));
-      if (nowMs - since < this.ctx.config.edge.gapGiveUpSeconds * 1000) continue;
-      if (cursorAt === undefined) cursorAt = applied > 0 ? Date.parse((await exec<{ received_at: string }>(SEQ_RECEIVED, [terminalId, journal, applied])).rows[0]?.received_at ?? '') : NaN;
-      if (Number.isFinite(cursorAt) && since < cursorAt!) {
-        late.push(...rows); // older than the cursor's journal: abandoned
-        continue;
-      }
-      if (takeover && takeover.since >= since) {
-        late.push(...rows);
-        continue;
-      }
-      if (takeover) late.push(...others.get(takeover.journal)!);
-      takeover = { journal: j, from: rows[0]!.seq, since };
-    }
-    return { late, takeover: takeover && { journal: takeover.journal, from: takeover.from } };
+    for (const j of others) if ((await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) late.push(...pending.filter((r) => r.journal_id === j));
+    return late;
   }
 
   /**

@@ -194,7 +194,7 @@ function unprocessedEvents(ctx: AppContext): Promise<{ n: number; oldest: number
 
 registerScrapeMetric({
   name: 'locker_edge_events_unprocessed',
-  help: "Terminal events stored but not yet applied: held behind a missing earlier seq, waiting for a busy terminal's turn, or retried after a failed apply",
+  help: "Terminal events stored but not yet applied: held behind a missing earlier seq or a new journal's seq 1, waiting for a busy terminal's turn, or retried after a failed apply",
   labelNames: [],
   async collect(ctx) {
     return [{ labels: {}, value: (await unprocessedEvents(ctx)).n }];
