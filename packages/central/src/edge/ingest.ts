@@ -145,7 +145,7 @@ const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FR
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
-/** door events of a terminal journal after a seq that were refused for their shipment's state or code (replayRefused) */
+/** door events of a terminal journal after a seq that were refused for their shipment's state or code (applyLate, replayOne) */
 const REFUSED_AFTER = "SELECT event_id, journal_id, seq, type, at, received_at, payload, outcome FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 AND type IN ('dropOff', 'pickUp') AND outcome IN ('rejected:InvalidShipmentState', 'rejected:InvalidAccessCode') ORDER BY seq";
 /** a journal of the terminal with an event applied already (an old journal, not one waiting for its seq 1) */
 const JOURNAL_APPLIED = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND processed = 1 LIMIT 1';
@@ -663,10 +663,10 @@ export class EventIngest {
     // the cursor it was never applied: a drop-off in it was lost in effect. One that fails for a
     // transient reason holds the rest, as an event in order does. Door events of the same journal
     // after a late one that changed a shipment, refused for that shipment's state or code while
-    // the late one was missing, are applied again in the same seq-ordered pass (replayRefused).
+    // the late one was missing, are applied again in the same seq-ordered pass (applyLate, replayOne).
     const late = await this.lateEvents(exec, terminalId, pending, journal, applied);
-    const held = !(await this.applyLate(trx, exec, terminalId, late, cur, after, savepoints, apply, { applied, journal }));
-    for (let guard = 0; !held && guard < 100_000 && this.host.running(); guard++) {
+    const lateHeld = !(await this.applyLate(trx, exec, terminalId, late, cur, after, savepoints, apply, { applied, journal }));
+    for (let guard = 0; !lateHeld && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
       // ordered delivery) are applied as they come; a new journal (a new store, counting from 1
       // again) takes over at its seq 1, once what the old one still holds is applied
@@ -720,18 +720,17 @@ export class EventIngest {
       if (!later) break;
       const nowMs = this.ctx.clock.now().getTime();
       if (!gapSince) {
-        // open since the first event behind it was stored: the agent publishes in seq order, so
-        // the missing one was overdue from then on. A gap found only once the one before it was
-        // given up on has waited as long already, and is given up on with it, not a whole
-        // edge.gapGiveUpSeconds later
-        // At least edge.gapResendSeconds after it is noticed, though, and one resendFrom: a gap
-        // noticed late (a new journal's, after its seq 1 came; after the central service was down)
-        // is asked for once before it is given up on
+        // Open since the first event behind it was stored (the agent publishes in seq order, so
+        // the missing one was overdue from then on), but given up on no sooner than
+        // edge.gapResendSeconds after it is noticed: a gap noticed late (a second gap found only
+        // once the one before it was given up on; a new journal's; after the central service was
+        // down) is asked for (unless the terminal was asked within edge.gapResendSeconds) and
+        // waits that long, not a whole edge.gapGiveUpSeconds
         const minWaitMs = Math.max(0, (this.ctx.config.edge.gapGiveUpSeconds - this.ctx.config.edge.gapResendSeconds) * 1000);
         gapSince = toDbTime(new Date(Math.min(nowMs, Math.max(Number.isFinite(heldSince) ? heldSince : nowMs, nowMs - minWaitMs))));
         const a = applied;
-        const held = later.seq;
-        after.logs.push(() => this.log.info({ terminal: terminalId, missing: a + 1, held }, 'event gap: later events held until it is filled'));
+        const heldSeq = later.seq;
+        after.logs.push(() => this.log.info({ terminal: terminalId, missing: a + 1, held: heldSeq }, 'event gap: later events held until it is filled'));
       }
       const waitedMs = nowMs - Date.parse(gapSince);
       if (waitedMs >= this.ctx.config.edge.gapGiveUpSeconds * 1000) {
