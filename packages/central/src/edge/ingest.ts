@@ -92,6 +92,8 @@ interface CursorRow {
 /** How a door event is applied: again after a refusal (`replayOf`: its outcome now), and who hears of a shipment it changed. */
 interface DoorControl {
   replayOf?: string;
+  /** applied again only when its code's shipment is one of these */
+  only?: ReadonlySet<string>;
   changed?: (shipmentUid: string) => void;
   /** the event was claimed and its outcome written */
   applied?: () => void;
@@ -790,14 +792,8 @@ export class EventIngest {
    * shipment ReadyForPickup with the parcel already collected. False when a late event failed for
    * a transient reason (it holds the rest, as an event in order does).
    */
-  private async applyLate(trx: Trx, exec: ObsExec, terminalId: string, late: PendingRow[], cur: CursorRow, after: AfterCommit, savepoints: boolean, apply: (row: PendingRow, ctl?: DoorControl) => Promise<boolean>, at: { applied: number; journal: string | null }): Promise<boolean> {
-    const byJournal = new Map<string | null, PendingRow[]>();
-    for (const r of late) {
-      const j = r.journal_id ?? null;
-      if (!byJournal.has(j)) byJournal.set(j, []);
-      byJournal.get(j)!.push(r);
-    }
-    for (const [j, rows] of byJournal) {
+  private async applyLate(trx: Trx, exec: ObsExec, terminalId: string, late: Map<string | null, PendingRow[]>, cur: CursorRow, after: AfterCommit, savepoints: boolean, apply: (row: PendingRow, ctl?: DoorControl) => Promise<boolean>, at: { applied: number; journal: string | null }): Promise<boolean> {
+    for (const [j, rows] of late) {
       const refused = j === null ? [] : (await exec<PendingRow & { outcome: string }>(REFUSED_AFTER, [terminalId, j, rows[0]!.seq])).rows.map((r) => ({ ...r, seq: Number(r.seq) }));
       const pass = [...rows.map((row) => ({ row, outcome: null as string | null })), ...refused.map((row) => ({ row, outcome: row.outcome }))].sort((x, y) => x.row.seq - y.row.seq);
       const changed = new Set<string>();
@@ -813,26 +809,18 @@ export class EventIngest {
 
   /**
    * A door event refused earlier (`outcome`) applied again when the shipment of its code is among
-   * `changed` (applyLate), inside a savepoint: refused again, it keeps its outcome; applied, its
-   * shipment joins `changed`. Without savepoints the batch runs again with them (rare: only after
-   * a late door event). A deadlock or serialization failure runs the batch again (PostgreSQL);
-   * any other failure leaves the event as it was (logged).
+   * `changed` (applyLate; processOne checks it with the code it reads anyway), inside a savepoint:
+   * refused again, it keeps its outcome; applied, its shipment joins `changed`. Without savepoints
+   * the batch runs again with them (rare: only when refused door events follow a late door event
+   * that changed a shipment). A deadlock or serialization failure runs the batch again
+   * (PostgreSQL); any other failure leaves the event as it was (logged).
    */
   private async replayOne(trx: Trx, exec: ObsExec, terminalId: string, row: PendingRow, outcome: string, cur: CursorRow, after: AfterCommit, savepoints: boolean, changed: Set<string>): Promise<void> {
-    let codeId: unknown;
-    try {
-      codeId = (JSON.parse(row.payload) as { codeId?: unknown }).codeId;
-    } catch {
-      return;
-    }
-    if (typeof codeId !== 'string') return;
-    const code = (await exec<{ shipment_uid: string }>('SELECT shipment_uid FROM access_codes WHERE uid = ?', [codeId])).rows[0];
-    if (!code || !changed.has(code.shipment_uid)) return;
     if (!savepoints) throw new RedoWithSavepoints(new Error('a late door event: refused door events after it are tried again'));
     await this.savepoint(trx, 'begin');
     let reapplied = false;
     try {
-      await this.processOne(trx, exec, terminalId, row, cur, after, async () => undefined, null, { replayOf: outcome, changed: (u) => changed.add(u), applied: () => (reapplied = true) });
+      await this.processOne(trx, exec, terminalId, row, cur, after, async () => undefined, null, { replayOf: outcome, only: changed, changed: (u) => changed.add(u), applied: () => (reapplied = true) });
       await this.savepoint(trx, 'release');
     } catch (err) {
       await this.savepoint(trx, 'rollback');
@@ -847,7 +835,7 @@ export class EventIngest {
   }
 
   /**
-   * The unprocessed events among `pending` that the cursor is past, each journal's in seq order:
+   * The unprocessed events among `pending` that the cursor is past, by journal, each in seq order:
    * of the current journal at or below applied_seq (their gap was given up on before they came),
    * and of an older journal of the terminal (one with an event applied already: the terminal has
    * replaced that store since). A journal with nothing applied is a new one waiting for its seq 1
@@ -856,22 +844,32 @@ export class EventIngest {
    * of two journals is the terminal's live one cannot be told from the events alone; moving the
    * cursor to the wrong one would leave the live one unacknowledged for good).
    */
-  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<PendingRow[]> {
-    const late: PendingRow[] = [];
-    const others = new Set<string>();
+  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<Map<string | null, PendingRow[]>> {
+    const late = new Map<string | null, PendingRow[]>();
+    const add = (r: PendingRow) => {
+      const j = r.journal_id ?? null;
+      const rows = late.get(j);
+      if (rows) rows.push(r);
+      else late.set(j, [r]);
+    };
+    const others = new Map<string, PendingRow[]>();
     for (const r of pending) {
       if (r.journal_id == null) {
         // legacy events (no journal id): behind a legacy cursor they count in its seq; behind a
         // journal's cursor they are applied as they come (advanceIn)
-        if (journal === null && r.seq <= applied) late.push(r);
+        if (journal === null && r.seq <= applied) add(r);
         continue;
       }
       if (journal === null) continue; // the first journal id names the cursor's journal (storeIn)
       if (r.journal_id === journal) {
-        if (r.seq <= applied) late.push(r);
-      } else others.add(r.journal_id);
+        if (r.seq <= applied) add(r);
+      } else {
+        const rows = others.get(r.journal_id);
+        if (rows) rows.push(r);
+        else others.set(r.journal_id, [r]);
+      }
     }
-    for (const j of others) if ((await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) late.push(...pending.filter((r) => r.journal_id === j));
+    for (const [j, rows] of others) if ((await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) late.set(j, rows);
     return late;
   }
 
@@ -931,11 +929,12 @@ export class EventIngest {
       await finish('rejected:MalformedEvent');
       return true;
     }
-    const code = (await exec<{ value: string; pup_uid: string }>('SELECT value, pup_uid FROM access_codes WHERE uid = ?', [f.data.codeId])).rows[0];
+    const code = (await exec<{ value: string; pup_uid: string; shipment_uid: string }>('SELECT value, pup_uid, shipment_uid FROM access_codes WHERE uid = ?', [f.data.codeId])).rows[0];
     if (!code || !pup || code.pup_uid !== pup) {
       await finish('rejected:UnknownCode');
       return true;
     }
+    if (ctl?.only && !ctl.only.has(code.shipment_uid)) return true; // not applied again: its shipment did not change
     const item = typeof body.item === 'boolean' ? body.item : null;
     // door time (docs/state-machine.md "Door time"): the event's time at the terminal, corrected by
     // the terminal's measured clock offset when it is flagged (edge/clock.ts), never after arrival
