@@ -177,16 +177,17 @@ describe('fleet simulator: protocol conformance against the real central service
 
   const dbEvents = async (id: string) => {
     const rows = await ctx.db.kysely.selectFrom('edge_events').select(['event_id', 'seq', 'processed', 'journal_id']).where('terminal_id', '=', id).execute();
-    const term = await ctx.db.kysely.selectFrom('edge_terminals').select(['applied_seq', 'journal_id', 'last_seq']).where('terminal_id', '=', id).executeTakeFirstOrThrow();
-    return { rows, applied: Number(term.applied_seq), journal: term.journal_id };
+    const term = await ctx.db.kysely.selectFrom('edge_terminals').select(['applied_seq', 'journal_id', 'live_journal_id', 'last_seq']).where('terminal_id', '=', id).executeTakeFirstOrThrow();
+    return { rows, applied: Number(term.applied_seq), journal: term.journal_id, live: term.live_journal_id };
   };
 
   it('events published with seq are acknowledged and applied exactly once', async () => {
     const t = fleet.terminal('conf-3')!;
     for (let i = 0; i < 50; i++) fleet.journalDoorEvent(t.id);
     await until(() => t.acked === 50, 'acks of 50 events');
-    const { rows, applied, journal } = await dbEvents(t.id);
+    const { rows, applied, journal, live } = await dbEvents(t.id);
     expect(journal).toBe(t.journalId);
+    expect(live).toBe(t.journalId); // its status names the journal it writes
     expect(applied).toBe(50);
     expect(rows).toHaveLength(50);
     expect(rows.map((r) => Number(r.seq)).sort((a, b) => a - b)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));

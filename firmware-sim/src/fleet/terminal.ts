@@ -269,7 +269,7 @@ export class SimTerminal {
       at: now,
       codes: { epoch: this.epoch, version: this.version, count: this.codes.size },
       lockers: { epoch: this.lockersEpoch, version: this.lockersVersion },
-      journal: { unsent: this.seq - this.acked, lastSeq: this.seq },
+      journal: { unsent: this.seq - this.acked, lastSeq: this.seq, id: this.journalId },
       buses: [],
     };
     const conn = this.connections;

@@ -799,7 +799,9 @@ export class Agent implements TechnicianHost {
       at: this.now().toISOString(),
       codes: this.store.codesMeta(),
       lockers: (({ epoch, version }) => ({ epoch, version }))(this.store.lockersMeta()),
-      journal: { unsent: this.store.unsentCount(), lastSeq: this.store.lastSeq() },
+      // the journal's id: the central service takes it as this terminal's live journal (a late
+      // event of a store replaced since then cannot take its place)
+      journal: { unsent: this.store.unsentCount(), lastSeq: this.store.lastSeq(), id: this.store.journalId() },
       buses: this.busHealth(),
     };
   }

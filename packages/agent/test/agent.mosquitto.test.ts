@@ -53,5 +53,9 @@ d(`agent + simulator + Mosquitto${url ? '' : ' (SKIPPED: MQTT broker not reachab
     const evs = got.filter((g) => g.kind === 'events').map((g) => g.body);
     const uniq = [...new Map(evs.map((e) => [e.eventId, e])).values()];
     expect(uniq.map((e) => e.seq)).toEqual(uniq.map((_, i) => i + 1));
+    // the status names the journal the events come from: the central service takes it as live
+    const status = got.find((g) => g.kind === 'status' && g.body.state === 'online')!;
+    expect(typeof drop.body.journalId).toBe('string');
+    expect(status.body.journal.id).toBe(drop.body.journalId);
   });
 });

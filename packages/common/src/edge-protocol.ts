@@ -117,7 +117,11 @@ export const StatusOnline = z.object({
   codes: z.object({ epoch: z.string().nullable(), version: z.number().int().min(0), count: z.number().int().min(0) }),
   /** the down/lockers list held (absent: an agent that does not take it) */
   lockers: z.object({ epoch: z.string().nullable(), version: z.number().int().min(0) }).optional(),
-  journal: z.object({ unsent: z.number().int().min(0), lastSeq: z.number().int().min(0) }),
+  /**
+   * id: the journal the terminal writes now (its store's journalId; absent: an agent from before
+   * it was sent). The central service takes it as the terminal's live journal (edge/ingest.ts).
+   */
+  journal: z.object({ unsent: z.number().int().min(0), lastSeq: z.number().int().min(0), id: id.optional() }),
   buses: z.array(BusHealth),
 });
 export const StatusOffline = z.object({ v, state: z.literal('offline'), terminalId: id, reason: z.enum(['connection-lost', 'shutdown']), at: iso.optional() });

@@ -18,6 +18,8 @@ export interface EdgeTerminalsTable {
   applied_seq?: number | string;
   /** the terminal journal whose seq applied_seq counts (null: none seen yet) */
   journal_id?: string | null;
+  /** migration 412: the journal the terminal's last online status names (status journal.id): its live one; null: not named */
+  live_journal_id?: string | null;
   /** since when the event after applied_seq counts as missing: when the first event held behind it was stored, but no earlier than edge.gapGiveUpSeconds - edge.gapResendSeconds before the gap was noticed (edge/ingest.ts) */
   gap_since?: string | null;
   /** central receive time - status.at of the last online status, ms (migration 403; edge/clock.ts) */

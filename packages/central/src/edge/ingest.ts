@@ -83,6 +83,8 @@ interface CursorRow {
   applied_seq: number | string | null;
   last_seq: number | string;
   journal_id: string | null;
+  /** the journal the terminal's last online status names (null: not named, an older agent) */
+  live_journal_id: string | null;
   gap_since: string | null;
   clock_offset_ms: number | string | null;
   clock_skewed: number | null;
@@ -123,7 +125,7 @@ class RedoWithSavepoints extends Error {
 }
 
 const EVENT_INSERT = 'INSERT INTO edge_events (event_id, terminal_id, journal_id, seq, type, at, received_at, payload, processed, outcome, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, 0) ON CONFLICT (event_id) DO NOTHING';
-const CURSOR_SQL = 'SELECT e.applied_seq, e.last_seq, e.journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
+const CURSOR_SQL = 'SELECT e.applied_seq, e.last_seq, e.journal_id, e.live_journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
 /**
  * PostgreSQL: the cursor row locked for the transaction, or no row when another transaction holds
  * it (an apply of another instance, a status write): the terminal is taken again shortly rather
@@ -666,25 +668,33 @@ export class EventIngest {
     // transient reason holds the rest, as an event in order does. Door events of the same journal
     // after a late one that changed a shipment, refused for that shipment's state or code while
     // the late one was missing, are applied again in the same seq-ordered pass (applyLate, replayOne).
-    const late = await this.lateEvents(exec, terminalId, pending, journal, applied);
+    const live = cur.live_journal_id ?? null;
+    const late = await this.lateEvents(exec, terminalId, pending, journal, applied, live);
     const lateHeld = !(await this.applyLate(trx, exec, terminalId, late, cur, after, savepoints, apply, { applied, journal }));
     for (let guard = 0; !lateHeld && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
-      // ordered delivery) are applied as they come; a new journal (a new store, counting from 1
-      // again) takes over at its seq 1, once what the old one still holds is applied
+      // ordered delivery) are applied as they come. Another journal takes over, once what the
+      // current one still holds is applied: the live one the terminal's status names (from its
+      // seq 1 on; those of its events applied late meanwhile, while an older status named the old
+      // journal, are stepped over as processed); when no status names one (an older agent), a new
+      // journal (a new store, counting from 1 again) at its seq 1
       if (journal !== null) {
-        const stray = strays.find((r) => !done.has(r.event_id) && (r.journal_id == null || (r.journal_id !== journal && r.seq === 1)));
+        const stray = strays.find((r) => !done.has(r.event_id) && (r.journal_id == null || (live === null && r.journal_id !== journal && r.seq === 1)));
         if (stray && stray.journal_id == null) {
           if (!(await apply(stray))) break;
           continue;
         }
-        if (stray) {
+        const to = stray ? stray.journal_id : live !== null && live !== journal ? live : null;
+        if (to !== null) {
           let ok = true;
           for (const h of pending) if (h.journal_id === journal && !done.has(h.event_id) && !(ok = await apply(h))) break;
           if (!ok) break;
           const j = journal;
-          after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: stray.journal_id }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
-          journal = stray.journal_id;
+          const named = !stray;
+          after.logs.push(() =>
+            this.log.warn({ terminal: terminalId, from: j, to }, named ? "the terminal's status names another journal (a new store): the cursor moves to it" : 'the terminal started a new journal (a new store): its seq counts from 1 again'),
+          );
+          journal = to;
           applied = 0;
           gapSince = null;
           continue;
@@ -776,8 +786,9 @@ export class EventIngest {
     // down/eventAcks: every event of the current journal up to applied_seq is committed here.
     // Agents from before journal ids do not listen for it (their events are acknowledged by PUBACK);
     // an event of another journal than the cursor's (a new store while the old one is still held)
-    // gets no acknowledgement of the old journal, unless the terminal is asked to resend
-    const ackable = [...arrived].some((j) => j === null || j === journal);
+    // gets no acknowledgement of the old journal, unless the terminal is asked to resend; a journal
+    // the cursor moved to is acknowledged at once (its events may all be in already)
+    const ackable = journal !== start.journal || [...arrived].some((j) => j === null || j === journal);
     if (journal && (ackable || resendFrom !== undefined)) {
       after.acks.push({ terminalId, msg: { v: 1, journalId: journal, upTo: applied, ...(resendFrom !== undefined ? { resendFrom } : {}), at: this.ctx.clock.now().toISOString() } });
     }
@@ -838,13 +849,15 @@ export class EventIngest {
    * The unprocessed events among `pending` that the cursor is past, by journal, each in seq order:
    * of the current journal at or below applied_seq (their gap was given up on before they came),
    * and of an older journal of the terminal (one with an event applied already: the terminal has
-   * replaced that store since). A journal with nothing applied is a new one waiting for its seq 1
-   * (advanceIn takes it over then; the agent sends its unacknowledged events again every
-   * mqtt.publishTimeoutMs): it is not late, and it is never taken over without its seq 1 (which
-   * of two journals is the terminal's live one cannot be told from the events alone; moving the
-   * cursor to the wrong one would leave the live one unacknowledged for good).
+   * replaced that store since), or of any journal but the live one its status names (`live`, once
+   * its events have waited edge.gapResendSeconds). Without a live journal named (an older agent),
+   * a journal with nothing applied is a new one waiting for its seq 1 (advanceIn takes it over
+   * then; the agent sends its unacknowledged events again every mqtt.publishTimeoutMs): it is not
+   * late, and it is never taken over without its seq 1 (which of two journals is the terminal's
+   * live one cannot be told from the events alone; moving the cursor to the wrong one would leave
+   * the live one unacknowledged for good).
    */
-  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number): Promise<Map<string | null, PendingRow[]>> {
+  private async lateEvents(exec: ObsExec, terminalId: string, pending: PendingRow[], journal: string | null, applied: number, live: string | null): Promise<Map<string | null, PendingRow[]>> {
     const late = new Map<string | null, PendingRow[]>();
     const add = (r: PendingRow) => {
       const j = r.journal_id ?? null;
@@ -863,13 +876,23 @@ export class EventIngest {
       if (journal === null) continue; // the first journal id names the cursor's journal (storeIn)
       if (r.journal_id === journal) {
         if (r.seq <= applied) add(r);
-      } else {
+      } else if (r.journal_id !== live) {
+        // (the live journal is never late: advanceIn takes it over)
         const rows = others.get(r.journal_id);
         if (rows) rows.push(r);
         else others.set(r.journal_id, [r]);
       }
     }
-    for (const [j, rows] of others) if ((await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) late.set(j, rows);
+    // A journal other than the live one the terminal's status names is a store replaced since:
+    // nothing more of it will come in order, so its events are late, once the earliest of them has
+    // waited edge.gapResendSeconds (a status naming it may still be on its way: a new store's first
+    // events can overtake its status, which arrives on another topic; the retry sweep comes back)
+    const nowMs = this.ctx.clock.now().getTime();
+    const waitMs = this.ctx.config.edge.gapResendSeconds * 1000;
+    for (const [j, rows] of others) {
+      const replaced = live !== null && rows.some((r) => nowMs - Date.parse(r.received_at) >= waitMs);
+      if (replaced || (await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) late.set(j, rows);
+    }
     return late;
   }
 

@@ -363,8 +363,16 @@ export class EdgeSync implements Worker {
     // edge.maxClockSkewSeconds; and the expiry proof (everything journalled by then has arrived)
     const clock = msg.state === 'online' ? onlineStatusColumns(before, msg, this.ctx.clock.now(), this.ctx.config.edge.maxClockSkewSeconds) : null;
     const set: Record<string, unknown> = { online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb(), ...(clock?.columns ?? {}) };
+    // the journal it writes now: its live one (edge/ingest.ts); an offline status names none and
+    // changes nothing, an online one without it (an older agent) makes it unknown
+    const live = msg.state === 'online' ? (msg.journal.id ?? null) : undefined;
+    if (live !== undefined) set.live_journal_id = live;
     const columns = Object.keys(set);
     await this.write((db) => this.exec(db, statusUpdateText(columns), [...columns.map((c) => set[c]), terminalId]));
+    // another journal than the cursor's: the ingest moves the cursor to it now (its events may all
+    // be in already, applied late while an older status named the old journal). No cursor journal
+    // yet (a terminal's first connect): the first event sets one, and its advance moves on from it.
+    if (live && before.journal_id && live !== before.journal_id) void this.ingest.advance([terminalId]).catch((err: unknown) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'advancing the events after a new journal was named failed'));
     if (clock?.measurement.skewed) this.log.warn({ terminal: terminalId, clockOffsetMs: clock.measurement.offsetMs, maxClockSkewSeconds: this.ctx.config.edge.maxClockSkewSeconds, errorCode: 'CLOCK_SKEW' }, 'terminal clock is off: its event times are corrected by the measured offset');
     this.log.info({ terminal: terminalId, state: msg.state, ...(msg.state === 'online' ? { version: msg.codes.version, unsent: msg.journal.unsent } : { reason: msg.reason }) }, 'terminal status');
     if (msg.state !== 'online') return;

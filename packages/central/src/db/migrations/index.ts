@@ -27,6 +27,7 @@ import * as m408 from './408_edge_lockers';
 import * as m409 from './409_terminal_secret_fast';
 import * as m410 from './410_terminals_pup';
 import * as m411 from './411_lockers_pup_updated';
+import * as m412 from './412_edge_live_journal';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -55,4 +56,5 @@ export const migrations: Record<string, Migration> = {
   '409_terminal_secret_fast': m409,
   '410_terminals_pup': m410,
   '411_lockers_pup_updated': m411,
+  '412_edge_live_journal': m412,
 };

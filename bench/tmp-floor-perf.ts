@@ -1,0 +1,14 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { template, variant } from './booking-floor.bench';
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-floor-'));
+const tpl = await template(dir);
+console.log(`pid ${process.pid}: load`);
+const r = await variant(tpl, dir, 'floor', [], 'inline', { checkpoints: 'background' });
+console.log(`floor ${Math.round(r.load.rps)} req/s`, r.batch);
+const T = (globalThis as any).__ft as Map<string, [number, number]>;
+const n = T.get('SAVEPOINT job')![0];
+for (const [k, [c, t]] of [...T.entries()].sort((a, b) => b[1][1] - a[1][1])) console.log((c / n).toFixed(2), ((t * 1000) / c).toFixed(1), k.slice(0, 110));
+fs.rmSync(dir, { recursive: true, force: true });
+process.exit(0);

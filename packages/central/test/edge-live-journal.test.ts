@@ -1,0 +1,152 @@
+// The terminal's live journal, named by its status (docs/edge-protocol.md "Order and
+// acknowledgement"): the journal the agent writes now. A late event of a store replaced since can
+// no longer take the cursor from it by its seq 1 (which left the live journal unacknowledged for
+// good: the agent takes only acknowledgements of its own journal and stops 32 events past the
+// oldest unacknowledged one); a replaced store's events are applied late instead of held for ever
+// when their seq 1 never comes; and a new store whose events overtook its status is taken over
+// when the status comes. Both engines, the embedded broker, a terminal played by a raw MQTT client.
+import crypto from 'node:crypto';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createTestService, describeEngines, type TestService } from './support/harness';
+import { waitFor } from './support/wait';
+import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
+import { PUP_A1 } from './support/fixtures';
+import { addUser, booking, ok } from './shipments-helpers';
+
+describeEngines('edge events: the live journal the status names', (engine) => {
+  let t: TestService;
+  let tt: ScriptedTerminal;
+  let user: string;
+  const P = 'locker/v1/t/term-a1';
+  const live = `journal-${crypto.randomUUID()}`;
+  const door = { bus: 'bus0', board: 0, lock: 1 };
+
+  /** an online status naming `journal` as the one the terminal writes (null: an agent that does not name it) */
+  const status = async (journal: string | null) => {
+    const base = terminalStatus(0, null);
+    await tt.term.publishAsync(`${P}/up/status`, JSON.stringify({ ...base, journal: { ...base.journal, ...(journal ? { id: journal } : {}) } }), { qos: 1, retain: true });
+  };
+  const named = async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('live_journal_id').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).live_journal_id;
+
+  beforeAll(async () => {
+    t = await createTestService(engine, {
+      config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 50, retrySeconds: 0.2, gapResendSeconds: 5, gapGiveUpSeconds: 60 } },
+      startWorkers: true,
+    });
+    user = await addUser(t, PUP_A1);
+    tt = await connectScriptedTerminal(t);
+    await status(live);
+    await waitFor(() => tt.lastCodes(), 'codes pushed');
+    await waitFor(async () => (await named()) === live, 'live journal recorded');
+    await sendIn(live, 1, 'doorOpened', door);
+    await waitFor(() => lastAck()?.journalId === live && lastAck()?.upTo === 1, 'the live journal acknowledged');
+  });
+  afterAll(async () => {
+    tt?.close();
+    await t?.close();
+  });
+
+  const sendIn = async (journal: string, n: number, type: string, fields: Record<string, unknown>) => {
+    const eventId = crypto.randomUUID();
+    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: journal, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
+    return eventId;
+  };
+  const acks = () => tt.got.filter((g) => g.kind === 'eventAcks').map((g) => g.body);
+  const lastAck = () => acks().at(-1);
+  const cursor = async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select(['journal_id', 'applied_seq']).where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow());
+  const eventRow = (eventId: string) => t.ctx.db.kysely.selectFrom('edge_events').select(['processed', 'outcome']).where('event_id', '=', eventId).executeTakeFirstOrThrow();
+  const stored = (eventId: string) => waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_events').select('event_id').where('event_id', '=', eventId).executeTakeFirst()) != null, 'stored');
+  const unprocessed = async () => Number((await t.ctx.db.kysely.selectFrom('edge_events').select((eb) => eb.fn.countAll().as('n')).where('terminal_id', '=', 'term-a1').where('processed', '=', 0).executeTakeFirstOrThrow()).n);
+  const state = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipments').select('state_code').where('uid', '=', uid).executeTakeFirstOrThrow()).state_code;
+  const history = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipment_transitions').select('to_state').where('shipment_uid', '=', uid).orderBy('seq').execute()).map((r) => r.to_state);
+  const shipment = async () => {
+    const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
+    const row = await t.ctx.db.kysely.selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
+    const locker = await t.ctx.db.kysely.selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
+    const access = async (type: 'dropOff' | 'pickUp') => ({
+      sessionId: crypto.randomUUID(),
+      shipmentUid: uid,
+      codeId: (await t.ctx.db.kysely.selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', type === 'dropOff' ? 'DropOff' : 'PickUp').where('valid', '=', 1).executeTakeFirstOrThrow()).uid,
+      lockerUid: locker.uid,
+      bus: locker.bus,
+      board: locker.board_address,
+      lock: locker.lock_number,
+      item: type === 'dropOff',
+    });
+    return { uid, access };
+  };
+  /** a pause of two retry sweeps (edge.retrySeconds 0.2) */
+  const settled = () => new Promise((r) => setTimeout(r, 500));
+  let liveSeq = 1;
+
+  it("a replaced store's seq 1 that comes late does not take the cursor from the live journal: applied late, the live journal acknowledged on", async () => {
+    const s = await shipment();
+    const stale = `journal-${crypto.randomUUID()}`;
+    const one = await sendIn(stale, 1, 'dropOff', await s.access('dropOff'));
+    await stored(one);
+    await settled();
+    // held for edge.gapResendSeconds (a status naming it may be on its way), the cursor untouched
+    expect((await eventRow(one)).processed).toBe(0);
+    expect((await cursor()).journal_id).toBe(live);
+    t.clock.advance(6_000);
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', "the replaced store's drop-off applied late");
+    expect(await eventRow(one)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
+    expect((await cursor()).journal_id).toBe(live);
+    // the live journal goes on, acknowledged
+    await sendIn(live, ++liveSeq, 'doorClosed', door);
+    await waitFor(() => lastAck()?.journalId === live && lastAck()?.upTo === liveSeq, 'the live journal acknowledged on');
+    expect(acks().some((a) => a.journalId === stale)).toBe(false);
+  });
+
+  it("a replaced store whose seq 1 never comes is applied late, not held for ever", async () => {
+    const s = await shipment();
+    const stale = `journal-${crypto.randomUUID()}`;
+    const three = await sendIn(stale, 3, 'dropOff', await s.access('dropOff'));
+    await stored(three);
+    t.clock.advance(6_000);
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'applied late');
+    expect(await unprocessed()).toBe(0);
+    expect((await cursor()).journal_id).toBe(live);
+    const pick = await sendIn(stale, 4, 'pickUp', { ...(await s.access('pickUp')), item: false });
+    await waitFor(async () => (await eventRow(pick)).processed === 1, 'its next event applied late too');
+    expect(await state(s.uid)).toBe('PickedUp');
+  });
+
+  it('a new store whose events overtook its status: applied late meanwhile, the cursor moves to it when the status names it, its events acknowledged', async () => {
+    const s = await shipment();
+    const fresh = `journal-${crypto.randomUUID()}`;
+    await sendIn(fresh, 1, 'dropOff', await s.access('dropOff'));
+    t.clock.advance(6_000); // the status lags past edge.gapResendSeconds
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'its seq 1 applied late');
+    expect((await cursor()).journal_id).toBe(live);
+    // its next event follows late at once (a journal with an event applied, not the live one)
+    const two = await sendIn(fresh, 2, 'pickUp', { ...(await s.access('pickUp')), item: false });
+    await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'its seq 2 applied late');
+    expect((await eventRow(two)).outcome).toBe('PickUp:applied:PickedUp');
+    expect((await cursor()).journal_id).toBe(live);
+    expect(acks().some((a) => a.journalId === fresh)).toBe(false); // unacknowledged so far
+    await status(fresh);
+    // the cursor moves to it, stepping over seq 1 and 2 (applied already), and acknowledges them
+    await waitFor(() => lastAck()?.journalId === fresh && lastAck()?.upTo === 2, 'the new journal acknowledged up to 2');
+    expect(await cursor()).toMatchObject({ journal_id: fresh });
+    expect(Number((await cursor()).applied_seq)).toBe(2);
+    // and goes on in order
+    await sendIn(fresh, 3, 'doorOpened', door);
+    await waitFor(() => lastAck()?.journalId === fresh && lastAck()?.upTo === 3, 'acknowledged up to 3');
+    expect(await history(s.uid)).toEqual(['ReadyForDropoff', 'ReadyForPickup', 'PickedUp']);
+    expect(await unprocessed()).toBe(0);
+  });
+
+  it('a new store named by its status first: taken over at its seq 1 at once, in order', async () => {
+    const s = await shipment();
+    const next = `journal-${crypto.randomUUID()}`;
+    await status(next);
+    await waitFor(async () => (await named()) === next, 'named');
+    await sendIn(next, 1, 'dropOff', await s.access('dropOff'));
+    await waitFor(() => lastAck()?.journalId === next && lastAck()?.upTo === 1, 'acknowledged for the new journal');
+    expect(await state(s.uid)).toBe('ReadyForPickup');
+    // an online status without a journal id (an older agent) leaves the live journal unknown
+    await status(null);
+    await waitFor(async () => (await named()) === null, 'unknown again');
+  });
+});
