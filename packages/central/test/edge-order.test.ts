@@ -12,6 +12,10 @@ import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, ok } from './shipments-helpers';
+import { centralMetrics } from '../src/ops/metrics';
+
+/** locker_edge_events_irregular_total of a kind (one registry for the whole file: compare before and after) */
+const irregular = async (kind: string) => (await centralMetrics.edgeIrregular.get()).values.find((v) => v.labels.kind === kind)?.value ?? 0;
 
 describeEngines('edge events: applied in seq order, once, acknowledged', (engine) => {
   let t: TestService;
@@ -117,6 +121,7 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
 
   it('a gap never filled is given up on after edge.gapGiveUpSeconds: the held events are applied (an error logged)', async () => {
     const s = await shipment();
+    const skipped0 = await irregular('gap_skipped');
     ++seq; // lost for good
     const held = ++seq;
     await send(held, 'dropOff', await s.access('dropOff'));
@@ -127,6 +132,8 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     t.clock.advance(31_000);
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'applied after giving up');
     await waitFor(() => lastAck()?.upTo === held, 'acknowledged');
+    // counted for the operator's alert (LockerEdgeEventsGivenUp): one seq given up on
+    await waitFor(async () => (await irregular('gap_skipped')) === skipped0 + 1, 'gap_skipped counted');
   });
 
   const gapNoticed = () => waitFor(async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('gap_since').where('terminal_id', '=', 'term-a1').executeTakeFirst())?.gap_since != null, 'gap noticed');
@@ -151,8 +158,10 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     const doorTime = new Date(t.clock.now().getTime() - 90_000).toISOString(); // before the gap was given up
     const eventId = crypto.randomUUID();
     const acked = acks().length;
+    const late0 = await irregular('late');
     await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: missing, terminalId: 'term-a1', journalId, at: doorTime, type: 'dropOff', ...(await s.access('dropOff')) }), { qos: 1 });
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'the late drop-off applied');
+    await waitFor(async () => (await irregular('late')) === late0 + 1, 'counted as late');
     expect(await eventRow(eventId)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
     const tr = await t.ctx.db.kysely.selectFrom('shipment_transitions').select(['to_state', 'at']).where('shipment_uid', '=', s.uid).where('to_state', '=', 'ReadyForPickup').executeTakeFirstOrThrow();
     // at the door time (corrected by the terminal's measured clock offset, edge/clock.ts), long before it arrived
@@ -173,8 +182,10 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
     t.clock.advance(61_000); // the gap given up on: the pick-up applied, refused for the shipment's state
     await waitFor(async () => (await eventRow(pickId)).outcome === 'rejected:InvalidShipmentState', 'pick-up refused');
     expect(await state(s.uid)).toBe('ReadyForDropoff');
+    const reapplied0 = await irregular('reapplied');
     await send(missing, 'dropOff', await s.access('dropOff')); // the drop-off, late
     await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'the drop-off applied late and the refused pick-up after it');
+    await waitFor(async () => (await irregular('reapplied')) === reapplied0 + 1, 'counted as applied again');
     expect(await history(s.uid)).toEqual(['ReadyForDropoff', 'ReadyForPickup', 'PickedUp']);
     expect(await eventRow(pickId)).toEqual({ processed: 1, outcome: 'PickUp:applied:PickedUp' });
     expect(await unprocessed()).toBe(0);

@@ -747,7 +747,10 @@ export class EventIngest {
       const waitedMs = nowMs - Date.parse(gapSince);
       if (waitedMs >= this.ctx.config.edge.gapGiveUpSeconds * 1000) {
         const missing = [applied + 1, later.seq - 1];
-        after.logs.push(() => this.log.error({ terminal: terminalId, missing, waitedMs, errorCode: 'EVENT_GAP_SKIPPED' }, 'event gap given up on: the missing events never came; the held ones are applied'));
+        after.logs.push(() => {
+          centralMetrics.edgeIrregular.inc({ kind: 'gap_skipped' }, missing[1]! - missing[0]! + 1);
+          this.log.error({ terminal: terminalId, missing, waitedMs, errorCode: 'EVENT_GAP_SKIPPED' }, 'event gap given up on: the missing events never came; the held ones are applied');
+        });
         applied = later.seq - 1;
         gapSince = null;
         continue;
@@ -811,7 +814,10 @@ export class EventIngest {
       for (const { row, outcome } of pass) {
         if (outcome === null) {
           if (!(await apply(row, { changed: (u) => changed.add(u) }))) return false;
-          after.logs.push(() => this.log.warn({ terminal: terminalId, journal: row.journal_id, seq: row.seq, type: row.type, appliedSeq: at.applied, currentJournal: at.journal, errorCode: 'EVENT_LATE' }, 'an event came after the cursor had passed it (its gap given up, or its journal replaced): acted on late, out of seq order'));
+          after.logs.push(() => {
+            centralMetrics.edgeIrregular.inc({ kind: 'late' });
+            this.log.warn({ terminal: terminalId, journal: row.journal_id, seq: row.seq, type: row.type, appliedSeq: at.applied, currentJournal: at.journal, errorCode: 'EVENT_LATE' }, 'an event came after the cursor had passed it (its gap given up, or its journal replaced): acted on late, out of seq order');
+          });
         } else if (changed.size) await this.replayOne(trx, exec, terminalId, row, outcome, cur, after, savepoints, changed);
       }
     }
@@ -838,11 +844,19 @@ export class EventIngest {
       if (isRetryablePgError(err)) throw err;
       if (!(err instanceof ApiError)) {
         const msg = (err as Error).message;
-        after.logs.push(() => this.log.error({ terminal: terminalId, seq: row.seq, type: row.type, err: msg, errorCode: 'EVENT_REAPPLY_FAILED' }, 'applying a refused door event again after a late one failed; it stays refused'));
+        after.logs.push(() => {
+          centralMetrics.edgeIrregular.inc({ kind: 'reapply_failed' });
+          this.log.error({ terminal: terminalId, seq: row.seq, type: row.type, err: msg, errorCode: 'EVENT_REAPPLY_FAILED' }, 'applying a refused door event again after a late one failed; it stays refused');
+        });
       }
       return;
     }
-    if (reapplied) after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, before: outcome, errorCode: 'EVENT_REAPPLIED' }, 'a door event refused while an earlier one was missing is applied now that it came'));
+    if (reapplied) {
+      after.logs.push(() => {
+        centralMetrics.edgeIrregular.inc({ kind: 'reapplied' });
+        this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, before: outcome, errorCode: 'EVENT_REAPPLIED' }, 'a door event refused while an earlier one was missing is applied now that it came');
+      });
+    }
   }
 
   /**

@@ -69,6 +69,12 @@ export const centralMetrics = {
     labelNames: ['type', 'outcome'] as const,
     registers: [metricsRegistry],
   }),
+  edgeIrregular: new Counter({
+    name: 'locker_edge_events_irregular_total',
+    help: 'Terminal events out of the ordinary, by kind: gap_skipped (seqs given up on after edge.gapGiveUpSeconds: never came), late (applied out of seq order), reapplied (a refused door event applied after a late one), reapply_failed (that failed otherwise: it stays refused, the log names it)',
+    labelNames: ['kind'] as const,
+    registers: [metricsRegistry],
+  }),
   codePushDuration: new Histogram({
     name: 'locker_code_push_duration_seconds',
     help: 'Code pushes to terminals, by kind (delta, snapshot): from the code change (a delta) or the start of the snapshot to the publish on the broker',
