@@ -134,6 +134,10 @@ export const ConfigSchema = z
         // ... and after this long the missing events are given up on (logged as an error) and the
         // held ones are applied: a journal that lost an event must not hold its terminal forever
         gapGiveUpSeconds: z.coerce.number().positive().default(900),
+        // events of a journal other than the live one the terminal's status names wait this long
+        // for a status naming theirs (a new store's first events can overtake it) before they are
+        // applied late as a replaced store's (edge/ingest.ts)
+        otherJournalWaitSeconds: z.coerce.number().positive().default(60),
         // a terminal whose clock is off by more than this (measured at each status) is flagged and
         // its event times are corrected by the measured offset (edge/clock.ts)
         maxClockSkewSeconds: z.coerce.number().positive().default(120),
@@ -309,6 +313,7 @@ export const ENV_MAP: Record<string, [string, string] | [string]> = {
   LOCKER_EDGE_COMMAND_TIMEOUT_MS: ['edge', 'commandTimeoutMs'],
   LOCKER_EDGE_RETRY_SECONDS: ['edge', 'retrySeconds'],
   LOCKER_EDGE_GAP_RESEND_SECONDS: ['edge', 'gapResendSeconds'],
+  LOCKER_EDGE_OTHER_JOURNAL_WAIT_SECONDS: ['edge', 'otherJournalWaitSeconds'],
   LOCKER_EDGE_GAP_GIVE_UP_SECONDS: ['edge', 'gapGiveUpSeconds'],
   LOCKER_EDGE_MAX_CLOCK_SKEW_SECONDS: ['edge', 'maxClockSkewSeconds'],
   LOCKER_EDGE_MAX_OFFLINE_HOURS: ['edge', 'maxOfflineHours'],

@@ -30,7 +30,7 @@ describeEngines('edge events: the live journal the status names', (engine) => {
 
   beforeAll(async () => {
     t = await createTestService(engine, {
-      config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 50, retrySeconds: 0.2, gapResendSeconds: 5, gapGiveUpSeconds: 60 } },
+      config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 50, retrySeconds: 0.2, gapResendSeconds: 5, gapGiveUpSeconds: 60, otherJournalWaitSeconds: 10 } },
       startWorkers: true,
     });
     user = await addUser(t, PUP_A1);
@@ -85,10 +85,10 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     const one = await sendIn(stale, 1, 'dropOff', await s.access('dropOff'));
     await stored(one);
     await settled();
-    // held for edge.gapResendSeconds (a status naming it may be on its way), the cursor untouched
+    // held for edge.otherJournalWaitSeconds (a status naming it may be on its way), the cursor untouched
     expect((await eventRow(one)).processed).toBe(0);
     expect((await cursor()).journal_id).toBe(live);
-    t.clock.advance(6_000);
+    t.clock.advance(11_000);
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', "the replaced store's drop-off applied late");
     expect(await eventRow(one)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
     expect((await cursor()).journal_id).toBe(live);
@@ -103,7 +103,7 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     const stale = `journal-${crypto.randomUUID()}`;
     const three = await sendIn(stale, 3, 'dropOff', await s.access('dropOff'));
     await stored(three);
-    t.clock.advance(6_000);
+    t.clock.advance(11_000);
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'applied late');
     expect(await unprocessed()).toBe(0);
     expect((await cursor()).journal_id).toBe(live);
@@ -116,7 +116,7 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     const s = await shipment();
     const fresh = `journal-${crypto.randomUUID()}`;
     await sendIn(fresh, 1, 'dropOff', await s.access('dropOff'));
-    t.clock.advance(6_000); // the status lags past edge.gapResendSeconds
+    t.clock.advance(11_000); // the status lags past edge.otherJournalWaitSeconds
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'its seq 1 applied late');
     expect((await cursor()).journal_id).toBe(live);
     // its next event follows late at once (a journal with an event applied, not the live one)
@@ -137,6 +137,23 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     expect(await unprocessed()).toBe(0);
   });
 
+  it('events the old journal holds behind a gap when the status names a new one are applied late, not left behind', async () => {
+    const old = (await cursor()).journal_id!;
+    const oldSeq = Number((await cursor()).applied_seq);
+    const s = await shipment();
+    const held = await sendIn(old, oldSeq + 2, 'dropOff', await s.access('dropOff')); // seq oldSeq + 1 missing
+    await stored(held);
+    await settled();
+    expect((await eventRow(held)).processed).toBe(0); // held behind the gap
+    const fresh = `journal-${crypto.randomUUID()}`;
+    await status(fresh);
+    await waitFor(async () => (await cursor()).journal_id === fresh, 'the cursor moved to the named journal');
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', "the old journal's held drop-off applied late");
+    expect(await eventRow(held)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
+    expect(await unprocessed()).toBe(0);
+    expect(lastAck()).toMatchObject({ journalId: fresh, upTo: 0 });
+  });
+
   it('a new store named by its status first: taken over at its seq 1 at once, in order', async () => {
     const s = await shipment();
     const next = `journal-${crypto.randomUUID()}`;
@@ -145,8 +162,28 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     await sendIn(next, 1, 'dropOff', await s.access('dropOff'));
     await waitFor(() => lastAck()?.journalId === next && lastAck()?.upTo === 1, 'acknowledged for the new journal');
     expect(await state(s.uid)).toBe('ReadyForPickup');
-    // an online status without a journal id (an older agent) leaves the live journal unknown
+  });
+
+  it('a status received before the one recorded (recorded late by a slower instance) does not replace the live journal', async () => {
+    const current = await named();
+    // the recorded status came "later" than anything this test sends (another instance's clock)
+    await t.ctx.db.kysely.updateTable('edge_terminals').set({ live_journal_at: new Date(t.clock.now().getTime() + 3_600_000).toISOString() }).where('terminal_id', '=', 'term-a1').execute();
+    const n = tt.got.length;
+    await status(`journal-${crypto.randomUUID()}`);
+    await waitFor(() => tt.got.length > n, 'the status answered (recorded)');
+    await settled();
+    expect(await named()).toBe(current);
+    expect((await cursor()).journal_id).toBe(current);
+    await t.ctx.db.kysely.updateTable('edge_terminals').set({ live_journal_at: t.clock.now().toISOString() }).where('terminal_id', '=', 'term-a1').execute();
+  });
+
+  it('an online status without a journal id (an older agent) leaves it unknown: a new journal takes over at its seq 1 again', async () => {
     await status(null);
     await waitFor(async () => (await named()) === null, 'unknown again');
+    const s = await shipment();
+    const older = `journal-${crypto.randomUUID()}`;
+    await sendIn(older, 1, 'dropOff', await s.access('dropOff'));
+    await waitFor(() => lastAck()?.journalId === older && lastAck()?.upTo === 1, 'taken over at its seq 1');
+    expect(await state(s.uid)).toBe('ReadyForPickup');
   });
 });

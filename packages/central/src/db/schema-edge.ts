@@ -18,8 +18,10 @@ export interface EdgeTerminalsTable {
   applied_seq?: number | string;
   /** the terminal journal whose seq applied_seq counts (null: none seen yet) */
   journal_id?: string | null;
-  /** migration 412: the journal the terminal's last online status names (status journal.id): its live one; null: not named */
+  /** migration 412: the journal the terminal's latest online status names (status journal.id): its live one; null: not named */
   live_journal_id?: string | null;
+  /** when the central service received that status (a status received earlier does not replace it) */
+  live_journal_at?: string | null;
   /** since when the event after applied_seq counts as missing: when the first event held behind it was stored, but no earlier than edge.gapGiveUpSeconds - edge.gapResendSeconds before the gap was noticed (edge/ingest.ts) */
   gap_since?: string | null;
   /** central receive time - status.at of the last online status, ms (migration 403; edge/clock.ts) */

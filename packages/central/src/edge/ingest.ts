@@ -149,6 +149,10 @@ const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FR
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
+/** processed events of a terminal journal after a seq, in order (advanceIn steps over the contiguous ones) */
+const STEP_READ = 1000;
+const STEP_JOURNAL = `SELECT seq FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 ORDER BY seq LIMIT ${STEP_READ}`;
+const STEP_LEGACY = `SELECT seq FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq > ? AND processed = 1 ORDER BY seq LIMIT ${STEP_READ}`;
 /** door events of a terminal journal after a seq that were refused for their shipment's state or code (applyLate, replayOne) */
 const REFUSED_AFTER = "SELECT event_id, journal_id, seq, type, at, received_at, payload, outcome FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 AND type IN ('dropOff', 'pickUp') AND outcome IN ('rejected:InvalidShipmentState', 'rejected:InvalidAccessCode') ORDER BY seq";
 /** a journal of the terminal with an event applied already (an old journal, not one waiting for its seq 1) */
@@ -673,28 +677,35 @@ export class EventIngest {
     const lateHeld = !(await this.applyLate(trx, exec, terminalId, late, cur, after, savepoints, apply, { applied, journal }));
     for (let guard = 0; !lateHeld && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
-      // ordered delivery) are applied as they come. Another journal takes over, once what the
-      // current one still holds is applied: the live one the terminal's status names (from its
-      // seq 1 on; those of its events applied late meanwhile, while an older status named the old
-      // journal, are stepped over as processed); when no status names one (an older agent), a new
-      // journal (a new store, counting from 1 again) at its seq 1
+      // ordered delivery) are applied as they come. Another journal takes over:
+      // - the live one the terminal's status names, from its seq 1 on (those of its events applied
+      //   late meanwhile, while an older status named the old journal, are stepped over as
+      //   processed); what the old journal still holds is left to the late events of the next
+      //   advances (it has an event applied, or waits edge.otherJournalWaitSeconds: lateEvents),
+      //   applied with the refused door events after them again (applyLate);
+      // - when no status names one (an older agent), a new journal (a new store, counting from 1
+      //   again) at its seq 1, once what the current one still holds is applied
       if (journal !== null) {
+        if (live !== null && live !== journal) {
+          const j = journal;
+          after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: live }, "the terminal's status names another journal (a new store): the cursor moves to it"));
+          journal = live;
+          applied = 0;
+          gapSince = null;
+          continue;
+        }
         const stray = strays.find((r) => !done.has(r.event_id) && (r.journal_id == null || (live === null && r.journal_id !== journal && r.seq === 1)));
         if (stray && stray.journal_id == null) {
           if (!(await apply(stray))) break;
           continue;
         }
-        const to = stray ? stray.journal_id : live !== null && live !== journal ? live : null;
-        if (to !== null) {
+        if (stray) {
           let ok = true;
           for (const h of pending) if (h.journal_id === journal && !done.has(h.event_id) && !(ok = await apply(h))) break;
           if (!ok) break;
           const j = journal;
-          const named = !stray;
-          after.logs.push(() =>
-            this.log.warn({ terminal: terminalId, from: j, to }, named ? "the terminal's status names another journal (a new store): the cursor moves to it" : 'the terminal started a new journal (a new store): its seq counts from 1 again'),
-          );
-          journal = to;
+          after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: stray.journal_id }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
+          journal = stray.journal_id;
           applied = 0;
           gapSince = null;
           continue;
@@ -713,11 +724,18 @@ export class EventIngest {
         if (byKey.has(key(journal, applied + 1))) continue;
       }
       // not among the unprocessed: stored and processed already (an instance that stopped between
-      // applying it and moving the cursor, before batching), or missing
+      // applying it and moving the cursor, before batching; events of the live journal applied late
+      // before a status named it), or missing. The processed ones from here on are stepped over
+      // together, up to STEP_READ at a time (one read, not one per seq)
       await finishStored();
-      const processed = await exec<{ n: number }>(journal === null ? 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq = ? AND processed = 1' : 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq = ? AND processed = 1', journal === null ? [terminalId, applied + 1] : [terminalId, journal, applied + 1]);
-      if (processed.rows.length) {
+      const processed = await exec<{ seq: number | string }>(journal === null ? STEP_LEGACY : STEP_JOURNAL, journal === null ? [terminalId, applied] : [terminalId, journal, applied]);
+      let stepped = 0;
+      for (const r of processed.rows) {
+        if (Number(r.seq) !== applied + 1) break;
         applied++;
+        stepped++;
+      }
+      if (stepped) {
         gapSince = null;
         continue;
       }
@@ -864,7 +882,7 @@ export class EventIngest {
    * of the current journal at or below applied_seq (their gap was given up on before they came),
    * and of an older journal of the terminal (one with an event applied already: the terminal has
    * replaced that store since), or of any journal but the live one its status names (`live`, once
-   * its events have waited edge.gapResendSeconds). Without a live journal named (an older agent),
+   * its events have waited edge.otherJournalWaitSeconds). Without a live journal named (an older agent),
    * a journal with nothing applied is a new one waiting for its seq 1 (advanceIn takes it over
    * then; the agent sends its unacknowledged events again every mqtt.publishTimeoutMs): it is not
    * late, and it is never taken over without its seq 1 (which of two journals is the terminal's
@@ -899,10 +917,11 @@ export class EventIngest {
     }
     // A journal other than the live one the terminal's status names is a store replaced since:
     // nothing more of it will come in order, so its events are late, once the earliest of them has
-    // waited edge.gapResendSeconds (a status naming it may still be on its way: a new store's first
-    // events can overtake its status, which arrives on another topic; the retry sweep comes back)
+    // waited edge.otherJournalWaitSeconds (a status naming it may still be on its way: a new store's
+    // first events can overtake its status, which arrives on another topic and may queue behind a
+    // reconnect storm's; the retry sweep comes back)
     const nowMs = this.ctx.clock.now().getTime();
-    const waitMs = this.ctx.config.edge.gapResendSeconds * 1000;
+    const waitMs = this.ctx.config.edge.otherJournalWaitSeconds * 1000;
     for (const [j, rows] of others) {
       const replaced = live !== null && rows.some((r) => nowMs - Date.parse(r.received_at) >= waitMs);
       if (replaced || (await exec(JOURNAL_APPLIED, [terminalId, j])).rows.length) late.set(j, rows);

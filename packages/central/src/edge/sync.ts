@@ -67,10 +67,17 @@ export const MARKER_SLICE = 500;
 const SQL_CLAIM_LOCKERS = 'update edge_terminals set lockers_version = ?, lockers_digest = ?, updated_at = ? where terminal_id = ? and lockers_version = ?';
 /** the status update's text for a set of column names (ours, never input): a few shapes in all */
 const statusUpdateTexts = new Map<string, string>();
-function statusUpdateText(columns: readonly string[]): string {
-  const key = columns.join(',');
+/**
+ * The live journal a status names, unless a status received later names one already (recorded
+ * first by another instance): parameters received at, journal id, received at, received at. Every
+ * SET expression reads the row as it was before the update (both engines).
+ */
+const LIVE_JOURNAL_SET =
+  'live_journal_id = case when live_journal_at is null or live_journal_at <= ? then ? else live_journal_id end, live_journal_at = case when live_journal_at is null or live_journal_at <= ? then ? else live_journal_at end';
+function statusUpdateText(columns: readonly string[], live: boolean): string {
+  const key = `${columns.join(',')}${live ? '+live' : ''}`;
   let t = statusUpdateTexts.get(key);
-  if (t === undefined) statusUpdateTexts.set(key, (t = `update edge_terminals set ${columns.map((c) => `${c} = ?`).join(', ')} where terminal_id = ?`));
+  if (t === undefined) statusUpdateTexts.set(key, (t = `update edge_terminals set ${columns.map((c) => `${c} = ?`).join(', ')}${live ? `, ${LIVE_JOURNAL_SET}` : ''} where terminal_id = ?`));
   return t;
 }
 /**
@@ -343,16 +350,18 @@ export class EdgeSync implements Worker {
 
   private onStatus(terminalId: string, payload: Buffer): Promise<void> {
     if (payload.length === 0) return Promise.resolve(); // a cleared retained status
+    // when it came (not when its turn to be recorded comes): orders the journals statuses name
+    const receivedAt = this.nowDb();
     const msg = parseMessage(StatusMessage, payload);
     if (!msg || msg.terminalId !== terminalId) {
       this.log.warn({ terminal: terminalId, bytes: payload.length }, 'malformed status dropped');
       return Promise.resolve();
     }
     // one terminal's statuses are recorded in the order they came (messages are handled concurrently)
-    return this.serial(terminalId, () => this.recordStatus(terminalId, msg));
+    return this.serial(terminalId, () => this.recordStatus(terminalId, msg, receivedAt));
   }
 
-  private async recordStatus(terminalId: string, msg: StatusMessage): Promise<void> {
+  private async recordStatus(terminalId: string, msg: StatusMessage, receivedAt: string): Promise<void> {
     if (!(await this.terminalPup(terminalId))) {
       this.log.warn({ terminal: terminalId }, 'status from a terminal that is not provisioned');
       return;
@@ -363,16 +372,22 @@ export class EdgeSync implements Worker {
     // edge.maxClockSkewSeconds; and the expiry proof (everything journalled by then has arrived)
     const clock = msg.state === 'online' ? onlineStatusColumns(before, msg, this.ctx.clock.now(), this.ctx.config.edge.maxClockSkewSeconds) : null;
     const set: Record<string, unknown> = { online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb(), ...(clock?.columns ?? {}) };
-    // the journal it writes now: its live one (edge/ingest.ts); an offline status names none and
-    // changes nothing, an online one without it (an older agent) makes it unknown
+    // The journal it writes now: its live one (edge/ingest.ts). An offline status names none and
+    // changes nothing; an online one without it (an older agent) makes it unknown. Written when it
+    // differs from the one recorded, and then only if no status received after this one named one
+    // (statuses of one terminal recorded out of order by two instances).
     const live = msg.state === 'online' ? (msg.journal.id ?? null) : undefined;
-    if (live !== undefined) set.live_journal_id = live;
+    const named = live !== undefined && live !== (before.live_journal_id ?? null);
     const columns = Object.keys(set);
-    await this.write((db) => this.exec(db, statusUpdateText(columns), [...columns.map((c) => set[c]), terminalId]));
-    // another journal than the cursor's: the ingest moves the cursor to it now (its events may all
-    // be in already, applied late while an older status named the old journal). No cursor journal
-    // yet (a terminal's first connect): the first event sets one, and its advance moves on from it.
-    if (live && before.journal_id && live !== before.journal_id) void this.ingest.advance([terminalId]).catch((err: unknown) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'advancing the events after a new journal was named failed'));
+    const params = [...columns.map((c) => set[c]), ...(named ? [receivedAt, live, receivedAt, receivedAt] : []), terminalId];
+    await this.write((db) => this.exec(db, statusUpdateText(columns, named), params));
+    // Another journal named for a terminal that has sent events: the ingest moves the cursor to it
+    // now (its events may all be in already, applied late while an older status named the old
+    // journal). A terminal's first connect has nothing to move: its first event sets the cursor.
+    // (When this status was older than the one recorded, the advance finds nothing to do.)
+    if (named && live && (before.journal_id != null || Number(before.last_seq) > 0)) {
+      void this.ingest.advance([terminalId]).catch((err: unknown) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'advancing the events after a new journal was named failed'));
+    }
     if (clock?.measurement.skewed) this.log.warn({ terminal: terminalId, clockOffsetMs: clock.measurement.offsetMs, maxClockSkewSeconds: this.ctx.config.edge.maxClockSkewSeconds, errorCode: 'CLOCK_SKEW' }, 'terminal clock is off: its event times are corrected by the measured offset');
     this.log.info({ terminal: terminalId, state: msg.state, ...(msg.state === 'online' ? { version: msg.codes.version, unsent: msg.journal.unsent } : { reason: msg.reason }) }, 'terminal status');
     if (msg.state !== 'online') return;
