@@ -88,7 +88,10 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     // held for edge.otherJournalWaitSeconds (a status naming it may be on its way), the cursor untouched
     expect((await eventRow(one)).processed).toBe(0);
     expect((await cursor()).journal_id).toBe(live);
-    t.clock.advance(11_000);
+    t.clock.advance(6_000); // past edge.gapResendSeconds, not edge.otherJournalWaitSeconds (10 here)
+    await settled();
+    expect((await eventRow(one)).processed).toBe(0);
+    t.clock.advance(5_000);
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', "the replaced store's drop-off applied late");
     expect(await eventRow(one)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
     expect((await cursor()).journal_id).toBe(live);
@@ -164,17 +167,21 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     expect(await state(s.uid)).toBe('ReadyForPickup');
   });
 
-  it('a status received before the one recorded (recorded late by a slower instance) does not replace the live journal', async () => {
-    const current = await named();
-    // the recorded status came "later" than anything this test sends (another instance's clock)
-    await t.ctx.db.kysely.updateTable('edge_terminals').set({ live_journal_at: new Date(t.clock.now().getTime() + 3_600_000).toISOString() }).where('terminal_id', '=', 'term-a1').execute();
-    const n = tt.got.length;
-    await status(`journal-${crypto.randomUUID()}`);
-    await waitFor(() => tt.got.length > n, 'the status answered (recorded)');
+  it('a status naming the journal the live one replaced (recorded late by a slower instance) changes nothing: journals never come back', async () => {
+    const current = (await named())!;
+    const replaced = (await t.ctx.db.kysely.selectFrom('edge_terminals').select('previous_live_journal_id').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).previous_live_journal_id!;
+    expect(replaced).toBeTruthy();
+    expect(replaced).not.toBe(current);
+    const recorded = () => t.ctx.db.kysely.selectFrom('edge_terminals').select('last_status').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow();
+    await status(replaced);
+    await waitFor(async () => JSON.parse((await recorded()).last_status!).journal.id === replaced, 'the stale status recorded');
     await settled();
     expect(await named()).toBe(current);
     expect((await cursor()).journal_id).toBe(current);
-    await t.ctx.db.kysely.updateTable('edge_terminals').set({ live_journal_at: t.clock.now().toISOString() }).where('terminal_id', '=', 'term-a1').execute();
+    // the live one named again (its next status): nothing moves either
+    await status(current);
+    await waitFor(async () => JSON.parse((await recorded()).last_status!).journal.id === current, 'recorded');
+    expect(await named()).toBe(current);
   });
 
   it('an online status without a journal id (an older agent) leaves it unknown: a new journal takes over at its seq 1 again', async () => {

@@ -20,8 +20,8 @@ export interface EdgeTerminalsTable {
   journal_id?: string | null;
   /** migration 412: the journal the terminal's latest online status names (status journal.id): its live one; null: not named */
   live_journal_id?: string | null;
-  /** when the central service received that status (a status received earlier does not replace it) */
-  live_journal_at?: string | null;
+  /** the live journal that one replaced (journals never come back: a status naming it is stale and changes nothing) */
+  previous_live_journal_id?: string | null;
   /** since when the event after applied_seq counts as missing: when the first event held behind it was stored, but no earlier than edge.gapGiveUpSeconds - edge.gapResendSeconds before the gap was noticed (edge/ingest.ts) */
   gap_since?: string | null;
   /** central receive time - status.at of the last online status, ms (migration 403; edge/clock.ts) */

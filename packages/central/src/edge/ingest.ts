@@ -675,25 +675,31 @@ export class EventIngest {
     const live = cur.live_journal_id ?? null;
     const late = await this.lateEvents(exec, terminalId, pending, journal, applied, live);
     const lateHeld = !(await this.applyLate(trx, exec, terminalId, late, cur, after, savepoints, apply, { applied, journal }));
+    /**
+     * The live journal the terminal's status names takes over from its seq 1 on (those of its
+     * events applied late meanwhile, while an older status named the old journal, are stepped over
+     * as processed), once the current journal has nothing more in order: what it still holds behind
+     * a gap is left to the late events of the next advances (it has an event applied, or waits
+     * edge.otherJournalWaitSeconds: lateEvents), applied with the refused door events after them
+     * again (applyLate). Also when a late event is held by a transient failure: the live journal is
+     * not left unacknowledged meanwhile.
+     */
+    const moveToLive = (): boolean => {
+      if (journal === null || live === null || live === journal) return false;
+      const j = journal;
+      after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: live }, "the terminal's status names another journal (a new store): the cursor moves to it"));
+      journal = live;
+      applied = 0;
+      gapSince = null;
+      return true;
+    };
+    if (lateHeld) moveToLive();
     for (let guard = 0; !lateHeld && guard < 100_000 && this.host.running(); guard++) {
       // events outside the current journal: legacy ones (no journal id, from agents older than
-      // ordered delivery) are applied as they come. Another journal takes over:
-      // - the live one the terminal's status names, from its seq 1 on (those of its events applied
-      //   late meanwhile, while an older status named the old journal, are stepped over as
-      //   processed); what the old journal still holds is left to the late events of the next
-      //   advances (it has an event applied, or waits edge.otherJournalWaitSeconds: lateEvents),
-      //   applied with the refused door events after them again (applyLate);
-      // - when no status names one (an older agent), a new journal (a new store, counting from 1
-      //   again) at its seq 1, once what the current one still holds is applied
+      // ordered delivery) are applied as they come; the live journal the status names takes over
+      // (moveToLive); when no status names one (an older agent), a new journal (a new store,
+      // counting from 1 again) takes over at its seq 1, once what the current one still holds is applied
       if (journal !== null) {
-        if (live !== null && live !== journal) {
-          const j = journal;
-          after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: live }, "the terminal's status names another journal (a new store): the cursor moves to it"));
-          journal = live;
-          applied = 0;
-          gapSince = null;
-          continue;
-        }
         const stray = strays.find((r) => !done.has(r.event_id) && (r.journal_id == null || (live === null && r.journal_id !== journal && r.seq === 1)));
         if (stray && stray.journal_id == null) {
           if (!(await apply(stray))) break;
@@ -739,6 +745,8 @@ export class EventIngest {
         gapSince = null;
         continue;
       }
+      // nothing more in order here: the live journal, when the status names another
+      if (moveToLive()) continue;
       // nothing at applied + 1: a gap when a later event waits
       let later: PendingRow | undefined;
       let heldSince = Number.POSITIVE_INFINITY;

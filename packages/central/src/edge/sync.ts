@@ -68,12 +68,15 @@ const SQL_CLAIM_LOCKERS = 'update edge_terminals set lockers_version = ?, locker
 /** the status update's text for a set of column names (ours, never input): a few shapes in all */
 const statusUpdateTexts = new Map<string, string>();
 /**
- * The live journal a status names, unless a status received later names one already (recorded
- * first by another instance): parameters received at, journal id, received at, received at. Every
- * SET expression reads the row as it was before the update (both engines).
+ * The live journal a status names (the parameter, four times; null: not named), unless it is the
+ * one the live journal replaced: journals never come back, so that status is stale (recorded late by
+ * a slower instance) and changes nothing. The journal replaced is kept when the live one changes
+ * from one journal to another (not to or from unknown). Every SET expression reads the row as it
+ * was before the update (both engines); a comparison with null is not true.
  */
 const LIVE_JOURNAL_SET =
-  'live_journal_id = case when live_journal_at is null or live_journal_at <= ? then ? else live_journal_id end, live_journal_at = case when live_journal_at is null or live_journal_at <= ? then ? else live_journal_at end';
+  'live_journal_id = case when previous_live_journal_id = cast(? as text) then live_journal_id else cast(? as text) end, ' +
+  'previous_live_journal_id = case when previous_live_journal_id = cast(? as text) then previous_live_journal_id when live_journal_id <> cast(? as text) then live_journal_id else previous_live_journal_id end';
 function statusUpdateText(columns: readonly string[], live: boolean): string {
   const key = `${columns.join(',')}${live ? '+live' : ''}`;
   let t = statusUpdateTexts.get(key);
@@ -350,18 +353,16 @@ export class EdgeSync implements Worker {
 
   private onStatus(terminalId: string, payload: Buffer): Promise<void> {
     if (payload.length === 0) return Promise.resolve(); // a cleared retained status
-    // when it came (not when its turn to be recorded comes): orders the journals statuses name
-    const receivedAt = this.nowDb();
     const msg = parseMessage(StatusMessage, payload);
     if (!msg || msg.terminalId !== terminalId) {
       this.log.warn({ terminal: terminalId, bytes: payload.length }, 'malformed status dropped');
       return Promise.resolve();
     }
     // one terminal's statuses are recorded in the order they came (messages are handled concurrently)
-    return this.serial(terminalId, () => this.recordStatus(terminalId, msg, receivedAt));
+    return this.serial(terminalId, () => this.recordStatus(terminalId, msg));
   }
 
-  private async recordStatus(terminalId: string, msg: StatusMessage, receivedAt: string): Promise<void> {
+  private async recordStatus(terminalId: string, msg: StatusMessage): Promise<void> {
     if (!(await this.terminalPup(terminalId))) {
       this.log.warn({ terminal: terminalId }, 'status from a terminal that is not provisioned');
       return;
@@ -374,18 +375,18 @@ export class EdgeSync implements Worker {
     const set: Record<string, unknown> = { online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb(), ...(clock?.columns ?? {}) };
     // The journal it writes now: its live one (edge/ingest.ts). An offline status names none and
     // changes nothing; an online one without it (an older agent) makes it unknown. Written when it
-    // differs from the one recorded, and then only if no status received after this one named one
-    // (statuses of one terminal recorded out of order by two instances).
+    // differs from the one recorded, and then not if it names the journal the live one replaced
+    // (LIVE_JOURNAL_SET: statuses of one terminal recorded out of order by two instances).
     const live = msg.state === 'online' ? (msg.journal.id ?? null) : undefined;
     const named = live !== undefined && live !== (before.live_journal_id ?? null);
     const columns = Object.keys(set);
-    const params = [...columns.map((c) => set[c]), ...(named ? [receivedAt, live, receivedAt, receivedAt] : []), terminalId];
+    const params = [...columns.map((c) => set[c]), ...(named ? [live, live, live, live] : []), terminalId];
     await this.write((db) => this.exec(db, statusUpdateText(columns, named), params));
-    // Another journal named for a terminal that has sent events: the ingest moves the cursor to it
-    // now (its events may all be in already, applied late while an older status named the old
-    // journal). A terminal's first connect has nothing to move: its first event sets the cursor.
-    // (When this status was older than the one recorded, the advance finds nothing to do.)
-    if (named && live && (before.journal_id != null || Number(before.last_seq) > 0)) {
+    // Another journal than the cursor's: the ingest moves the cursor to it now (its events may all
+    // be in already, applied late while an older status named the old journal); it decides again
+    // on the row it locks (a stale status changed nothing: nothing to do). No cursor journal yet (a
+    // terminal's first connect, or an agent from before journals): its next event's advance does it.
+    if (named && live && before.journal_id != null && live !== before.journal_id) {
       void this.ingest.advance([terminalId]).catch((err: unknown) => this.log.error({ err: (err as Error).message, terminal: terminalId }, 'advancing the events after a new journal was named failed'));
     }
     if (clock?.measurement.skewed) this.log.warn({ terminal: terminalId, clockOffsetMs: clock.measurement.offsetMs, maxClockSkewSeconds: this.ctx.config.edge.maxClockSkewSeconds, errorCode: 'CLOCK_SKEW' }, 'terminal clock is off: its event times are corrected by the measured offset');
