@@ -108,6 +108,14 @@ describe('Prometheus alert rules (deploy/prometheus-alerts.yml)', () => {
     expect(out).toMatch(/SUCCESS: \d+ rules found/);
   });
 
+  it('a counter an alert reads with increase() by label exports those series from the start (at 0), so the first event after a restart counts', async () => {
+    const exported = await metricsRegistry.getSingleMetricAsString('locker_edge_events_irregular_total');
+    for (const rule of rules()) {
+      for (const m of rule.expr.matchAll(/increase\(locker_edge_events_irregular_total\{kind="(\w+)"\}/g)) expect(exported, rule.alert).toContain(`locker_edge_events_irregular_total{kind="${m[1]}"} 0`);
+    }
+    expect(exported).toContain('kind="reapply_failed"');
+  });
+
   it('the name checker finds the names of an expression, not its functions, labels or keywords', () => {
     expect(metricNamesIn('sum by (instance, bus) (rate(a_total{outcome!="ok"}[10m])) / sum without (x) (rate(b_total[5m])) > 0.2 and on (bus) c')).toEqual(['a_total', 'b_total', 'c']);
     expect(metricNamesIn('histogram_quantile(0.99, sum by (le) (rate(h_bucket[5m])))')).toEqual(['h_bucket']);

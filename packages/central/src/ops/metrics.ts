@@ -83,6 +83,9 @@ export const centralMetrics = {
     registers: [metricsRegistry],
   }),
 };
+// every kind exported from the start at 0: an alert on increase() sees the first one after a
+// restart (a series that appears at 1 is its own baseline, and its first increase reads as 0)
+for (const kind of ['gap_skipped', 'late', 'reapplied', 'reapply_failed']) centralMetrics.edgeIrregular.inc({ kind }, 0);
 
 /** outcome label of a tenant API answer: success, or its envelope error code (bounded set) */
 export function requestOutcome(status: number, errorCode: string | undefined): string {
