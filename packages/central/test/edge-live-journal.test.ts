@@ -11,7 +11,7 @@ import { createTestService, describeEngines, type TestService } from './support/
 import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
-import { addUser, booking, ok } from './shipments-helpers';
+import { addUser, doorShipment } from './shipments-helpers';
 
 describeEngines('edge events: the live journal the status names', (engine) => {
   let t: TestService;
@@ -59,22 +59,7 @@ describeEngines('edge events: the live journal the status names', (engine) => {
   const unprocessed = async () => Number((await t.ctx.db.kysely.selectFrom('edge_events').select((eb) => eb.fn.countAll().as('n')).where('terminal_id', '=', 'term-a1').where('processed', '=', 0).executeTakeFirstOrThrow()).n);
   const state = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipments').select('state_code').where('uid', '=', uid).executeTakeFirstOrThrow()).state_code;
   const history = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipment_transitions').select('to_state').where('shipment_uid', '=', uid).orderBy('seq').execute()).map((r) => r.to_state);
-  const shipment = async () => {
-    const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
-    const row = await t.ctx.db.kysely.selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
-    const locker = await t.ctx.db.kysely.selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
-    const access = async (type: 'dropOff' | 'pickUp') => ({
-      sessionId: crypto.randomUUID(),
-      shipmentUid: uid,
-      codeId: (await t.ctx.db.kysely.selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', type === 'dropOff' ? 'DropOff' : 'PickUp').where('valid', '=', 1).executeTakeFirstOrThrow()).uid,
-      lockerUid: locker.uid,
-      bus: locker.bus,
-      board: locker.board_address,
-      lock: locker.lock_number,
-      item: type === 'dropOff',
-    });
-    return { uid, access };
-  };
+  const shipment = () => doorShipment(t, user);
   /** a pause of two retry sweeps (edge.retrySeconds 0.2) */
   const settled = () => new Promise((r) => setTimeout(r, 500));
   let liveSeq = 1;

@@ -11,7 +11,7 @@ import { createTestService, describeEngines, type TestService } from './support/
 import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
-import { addUser, booking, ok } from './shipments-helpers';
+import { addUser, doorShipment } from './shipments-helpers';
 import { centralMetrics } from '../src/ops/metrics';
 
 /** locker_edge_events_irregular_total of a kind (one registry for the whole file: compare before and after) */
@@ -46,24 +46,7 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
   };
   const acks = () => tt.got.filter((g) => g.kind === 'eventAcks').map((g) => g.body);
   const lastAck = () => acks().at(-1);
-  const shipment = async () => {
-    const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
-    const row = await t.ctx.db.kysely.selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
-    const locker = await t.ctx.db.kysely.selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
-    const codeId = async (usage: string) =>
-      (await t.ctx.db.kysely.selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', usage).where('valid', '=', 1).executeTakeFirstOrThrow()).uid;
-    const access = async (type: 'dropOff' | 'pickUp') => ({
-      sessionId: crypto.randomUUID(),
-      shipmentUid: uid,
-      codeId: await codeId(type === 'dropOff' ? 'DropOff' : 'PickUp'),
-      lockerUid: locker.uid,
-      bus: locker.bus,
-      board: locker.board_address,
-      lock: locker.lock_number,
-      item: type === 'dropOff',
-    });
-    return { uid, access };
-  };
+  const shipment = () => doorShipment(t, user);
   const state = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipments').select('state_code').where('uid', '=', uid).executeTakeFirstOrThrow()).state_code;
   const history = async (uid: string) => (await t.ctx.db.kysely.selectFrom('shipment_transitions').select('to_state').where('shipment_uid', '=', uid).orderBy('seq').execute()).map((r) => r.to_state);
 

@@ -1,5 +1,6 @@
 // Helpers for the shipments suites: users linked to a PUP, codes, simulated door events, reading
 // one shipment through the API.
+import crypto from 'node:crypto';
 import { expect } from 'vitest';
 import { newUid, toDbTime } from '../src/ids';
 import type { TestService } from './support/harness';
@@ -107,4 +108,27 @@ export async function bookedAtLock(t: TestService, user: string): Promise<{ uid:
   const codeId = async (usage: string) => (await db.selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', usage).where('valid', '=', 1).executeTakeFirstOrThrow()).uid;
   const lock = { lockerUid: locker.uid, bus: locker.bus, board: locker.board_address, lock: locker.lock_number };
   return { uid, lock, dropOffCode: await codeId('DropOff'), pickUpCode: await codeId('PickUp') };
+}
+
+/**
+ * A booked shipment at PUP_A1 and the fields of a terminal's door event for it (edge protocol
+ * dropOff / pickUp: the code by id, the locker and its lock), as a terminal would report it.
+ */
+export async function doorShipment(t: TestService, user: string): Promise<{ uid: string; access: (type: 'dropOff' | 'pickUp') => Promise<Record<string, unknown>> }> {
+  const uid = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking() }))).shipmentUid as string;
+  const row = await t.ctx.db.kysely.selectFrom('shipments').select(['locker_uid']).where('uid', '=', uid).executeTakeFirstOrThrow();
+  const locker = await t.ctx.db.kysely.selectFrom('lockers').selectAll().where('uid', '=', row.locker_uid!).executeTakeFirstOrThrow();
+  const codeId = async (usage: string) =>
+    (await t.ctx.db.kysely.selectFrom('access_codes').select('uid').where('shipment_uid', '=', uid).where('usage', '=', usage).where('valid', '=', 1).executeTakeFirstOrThrow()).uid;
+  const access = async (type: 'dropOff' | 'pickUp') => ({
+    sessionId: crypto.randomUUID(),
+    shipmentUid: uid,
+    codeId: await codeId(type === 'dropOff' ? 'DropOff' : 'PickUp'),
+    lockerUid: locker.uid,
+    bus: locker.bus,
+    board: locker.board_address,
+    lock: locker.lock_number,
+    item: type === 'dropOff',
+  });
+  return { uid, access };
 }
