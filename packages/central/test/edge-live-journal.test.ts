@@ -142,6 +142,28 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     expect(lastAck()).toMatchObject({ journalId: fresh, upTo: 0 });
   });
 
+  it("a pick-up in the new store refused while the old store's drop-off was held is applied again when the drop-off comes late", async () => {
+    // a store with nothing applied yet (its seq 1 lost): its drop-off waits edge.otherJournalWaitSeconds once replaced
+    const old = `journal-${crypto.randomUUID()}`;
+    await status(old);
+    await waitFor(async () => (await cursor()).journal_id === old, 'the cursor on the old store');
+    const s = await shipment();
+    const drop = await sendIn(old, 2, 'dropOff', await s.access('dropOff')); // seq 1 missing: held
+    await stored(drop);
+    const fresh = `journal-${crypto.randomUUID()}`;
+    await status(fresh);
+    await waitFor(async () => (await cursor()).journal_id === fresh, 'the cursor moved to the new store');
+    // the parcel collected with the new store: refused, its drop-off not applied yet
+    const pick = await sendIn(fresh, 1, 'pickUp', { ...(await s.access('pickUp')), item: false });
+    await waitFor(async () => (await eventRow(pick)).processed === 1, 'the pick-up applied');
+    expect((await eventRow(pick)).outcome).toBe('rejected:InvalidShipmentState');
+    t.clock.advance(11_000); // past edge.otherJournalWaitSeconds: the old store's drop-off is late now
+    await waitFor(async () => (await state(s.uid)) === 'PickedUp', 'the drop-off applied late, the refused pick-up after it');
+    expect(await history(s.uid)).toEqual(['ReadyForDropoff', 'ReadyForPickup', 'PickedUp']);
+    expect(await eventRow(pick)).toEqual({ processed: 1, outcome: 'PickUp:applied:PickedUp' });
+    expect(await unprocessed()).toBe(0);
+  });
+
   it('a new store named by its status first: taken over at its seq 1 at once, in order', async () => {
     const s = await shipment();
     const next = `journal-${crypto.randomUUID()}`;

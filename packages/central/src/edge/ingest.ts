@@ -833,9 +833,14 @@ export class EventIngest {
    * a transient reason (it holds the rest, as an event in order does).
    */
   private async applyLate(trx: Trx, exec: ObsExec, terminalId: string, late: Map<string | null, PendingRow[]>, cur: CursorRow, after: AfterCommit, savepoints: boolean, apply: (row: PendingRow, ctl?: DoorControl) => Promise<boolean>, at: { applied: number; journal: string | null }): Promise<boolean> {
+    const refusedIn = async (j: string, afterSeq: number) => (await exec<PendingRow & { outcome: string }>(REFUSED_AFTER, [terminalId, j, afterSeq])).rows.map((r) => ({ row: { ...r, seq: Number(r.seq) }, outcome: r.outcome as string | null }));
     for (const [j, rows] of late) {
-      const refused = j === null ? [] : (await exec<PendingRow & { outcome: string }>(REFUSED_AFTER, [terminalId, j, rows[0]!.seq])).rows.map((r) => ({ ...r, seq: Number(r.seq) }));
-      const pass = [...rows.map((row) => ({ row, outcome: null as string | null })), ...refused.map((row) => ({ row, outcome: row.outcome }))].sort((x, y) => x.row.seq - y.row.seq);
+      const refused = j === null ? [] : await refusedIn(j, rows[0]!.seq);
+      const pass = [...rows.map((row) => ({ row, outcome: null as string | null })), ...refused].sort((x, y) => x.row.seq - y.row.seq);
+      // A replaced store's late events came before everything of the live journal the terminal's
+      // status names (the cursor's): its refused door events follow in the pass, in their seq
+      // order (a pick-up in the new store refused while the old store's drop-off was held)
+      if (j !== null && j !== at.journal && at.journal !== null && at.journal === cur.live_journal_id) pass.push(...(await refusedIn(at.journal, 0)));
       const changed = new Set<string>();
       for (const { row, outcome } of pass) {
         if (outcome === null) {
