@@ -164,6 +164,26 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     expect(await unprocessed()).toBe(0);
   });
 
+  it("a newer store's drop-off applied late before its status came does not undo a refusal of the live journal's (that pick-up came first)", async () => {
+    const current = (await cursor()).journal_id!;
+    const seqNow = Number((await cursor()).applied_seq);
+    const s = await shipment();
+    // the live journal: a pick-up refused (nothing dropped off yet)
+    const pick = await sendIn(current, seqNow + 1, 'pickUp', { ...(await s.access('pickUp')), item: false });
+    await waitFor(async () => (await eventRow(pick)).outcome === 'rejected:InvalidShipmentState', 'the pick-up refused');
+    // a newer store (its status not come yet) drops the parcel off: applied late after the wait
+    const newer = `journal-${crypto.randomUUID()}`;
+    await sendIn(newer, 1, 'dropOff', await s.access('dropOff'));
+    t.clock.advance(11_000);
+    await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', 'the drop-off applied late');
+    await settled();
+    // the pick-up came before it: it stays refused, the parcel stays in the locker
+    expect(await state(s.uid)).toBe('ReadyForPickup');
+    expect((await eventRow(pick)).outcome).toBe('rejected:InvalidShipmentState');
+    await status(newer); // the newer store named at last: the tests after go on from it
+    await waitFor(async () => (await cursor()).journal_id === newer, 'the cursor on the newer store');
+  });
+
   it('a new store named by its status first: taken over at its seq 1 at once, in order', async () => {
     const s = await shipment();
     const next = `journal-${crypto.randomUUID()}`;

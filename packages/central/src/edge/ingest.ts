@@ -85,6 +85,8 @@ interface CursorRow {
   journal_id: string | null;
   /** the journal the terminal's last online status names (null: not named, an older agent) */
   live_journal_id: string | null;
+  /** the live journal that one replaced (its events all came before the live journal's) */
+  previous_live_journal_id: string | null;
   gap_since: string | null;
   clock_offset_ms: number | string | null;
   clock_skewed: number | null;
@@ -125,7 +127,7 @@ class RedoWithSavepoints extends Error {
 }
 
 const EVENT_INSERT = 'INSERT INTO edge_events (event_id, terminal_id, journal_id, seq, type, at, received_at, payload, processed, outcome, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, NULL, 0) ON CONFLICT (event_id) DO NOTHING';
-const CURSOR_SQL = 'SELECT e.applied_seq, e.last_seq, e.journal_id, e.live_journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
+const CURSOR_SQL = 'SELECT e.applied_seq, e.last_seq, e.journal_id, e.live_journal_id, e.previous_live_journal_id, e.gap_since, e.clock_offset_ms, e.clock_skewed, t.pup_uid FROM edge_terminals e LEFT JOIN terminals t ON t.id = e.terminal_id WHERE e.terminal_id = ?';
 /**
  * PostgreSQL: the cursor row locked for the transaction, or no row when another transaction holds
  * it (an apply of another instance, a status write): the terminal is taken again shortly rather
@@ -837,10 +839,12 @@ export class EventIngest {
     for (const [j, rows] of late) {
       const refused = j === null ? [] : await refusedIn(j, rows[0]!.seq);
       const pass = [...rows.map((row) => ({ row, outcome: null as string | null })), ...refused].sort((x, y) => x.row.seq - y.row.seq);
-      // A replaced store's late events came before everything of the live journal the terminal's
-      // status names (the cursor's): its refused door events follow in the pass, in their seq
-      // order (a pick-up in the new store refused while the old store's drop-off was held)
-      if (j !== null && j !== at.journal && at.journal !== null && at.journal === cur.live_journal_id) pass.push(...(await refusedIn(at.journal, 0)));
+      // The late events of the store the live journal replaced (the status said so: not just any
+      // other journal, which may be a newer store whose status has not come) came before
+      // everything of the live journal, the cursor's: its refused door events follow in the pass,
+      // in their seq order (a pick-up with the new store refused while the old store's drop-off
+      // was held)
+      if (j !== null && j === cur.previous_live_journal_id && at.journal !== null && at.journal === cur.live_journal_id) pass.push(...(await refusedIn(at.journal, 0)));
       const changed = new Set<string>();
       for (const { row, outcome } of pass) {
         if (outcome === null) {
