@@ -151,10 +151,13 @@ const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FR
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
-/** processed events of a terminal journal after a seq, in order (advanceIn steps over the contiguous ones) */
+/** the event at a seq of a terminal journal, processed already (advanceIn: one to step over?) */
+const PROCESSED_AT_JOURNAL = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq = ? AND processed = 1';
+const PROCESSED_AT_LEGACY = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq = ? AND processed = 1';
+/** the events of a terminal journal after a seq, in order, with whether each is processed (advanceIn steps over a run of processed ones) */
 const STEP_READ = 1000;
-const STEP_JOURNAL = `SELECT seq FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 ORDER BY seq LIMIT ${STEP_READ}`;
-const STEP_LEGACY = `SELECT seq FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq > ? AND processed = 1 ORDER BY seq LIMIT ${STEP_READ}`;
+const STEP_JOURNAL = `SELECT seq, processed FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? ORDER BY seq LIMIT ${STEP_READ}`;
+const STEP_LEGACY = `SELECT seq, processed FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq > ? ORDER BY seq LIMIT ${STEP_READ}`;
 /** door events of a terminal journal after a seq that were refused for their shipment's state or code (applyLate, replayOne) */
 const REFUSED_AFTER = "SELECT event_id, journal_id, seq, type, at, received_at, payload, outcome FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq > ? AND processed = 1 AND type IN ('dropOff', 'pickUp') AND outcome IN ('rejected:InvalidShipmentState', 'rejected:InvalidAccessCode') ORDER BY seq";
 /** a journal of the terminal with an event applied already (an old journal, not one waiting for its seq 1) */
@@ -733,17 +736,18 @@ export class EventIngest {
       }
       // not among the unprocessed: stored and processed already (an instance that stopped between
       // applying it and moving the cursor, before batching; events of the live journal applied late
-      // before a status named it), or missing. The processed ones from here on are stepped over
-      // together, up to STEP_READ at a time (one read, not one per seq)
+      // before a status named it), or missing. One lookup of the next seq (the common case: none,
+      // or a gap with held events behind it, is not read through); when it is processed, the run
+      // of processed ones from here is stepped over together, up to STEP_READ at a time (one
+      // read, not one per seq)
       await finishStored();
-      const processed = await exec<{ seq: number | string }>(journal === null ? STEP_LEGACY : STEP_JOURNAL, journal === null ? [terminalId, applied] : [terminalId, journal, applied]);
-      let stepped = 0;
-      for (const r of processed.rows) {
-        if (Number(r.seq) !== applied + 1) break;
-        applied++;
-        stepped++;
-      }
-      if (stepped) {
+      const processed = await exec<{ n: number }>(journal === null ? PROCESSED_AT_LEGACY : PROCESSED_AT_JOURNAL, journal === null ? [terminalId, applied + 1] : [terminalId, journal, applied + 1]);
+      if (processed.rows.length) {
+        const run = await exec<{ seq: number | string; processed: number | string }>(journal === null ? STEP_LEGACY : STEP_JOURNAL, journal === null ? [terminalId, applied] : [terminalId, journal, applied]);
+        for (const r of run.rows) {
+          if (Number(r.seq) !== applied + 1 || Number(r.processed) !== 1) break;
+          applied++;
+        }
         gapSince = null;
         continue;
       }
