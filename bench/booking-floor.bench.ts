@@ -65,7 +65,12 @@ export async function template(dir: string): Promise<{ file: string; tenantUid: 
   return { file, tenantUid: t.uid, mainUid: t.main_account_uid, user, pups };
 }
 
-export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean; checkpoints?: 'background' | 'commit' } = {}): Promise<{ name: string; load: Load; batch: string }> {
+/**
+ * The booking's SQL behind a bare fastify route (no auth, no validation, no logging) on a copy of
+ * the template: on the event-loop thread ('inline') or in a writer thread. Also served by
+ * bench/profile-endpoint.ts's `floor` preset, to profile the floor as the endpoint is profiled.
+ */
+export async function serveFloor(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean; checkpoints?: 'background' | 'commit' } = {}): Promise<{ url: string; batch: () => string; close: () => Promise<void> }> {
   const file = path.join(dir, `${name.replace(/\W+/g, '-')}.db`);
   fs.copyFileSync(tpl.file, file);
   if (drop.length) {
@@ -99,15 +104,25 @@ export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: st
     });
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
+  return {
+    url,
+    batch: () => (booker ? `${(booker.stats.jobs / Math.max(1, booker.stats.batches)).toFixed(1)}` : 'n/a'),
+    close: async () => {
+      await app.close();
+      booker?.close();
+      await worker?.terminate();
+    },
+  };
+}
+
+export async function variant(tpl: Awaited<ReturnType<typeof template>>, dir: string, name: string, drop: string[], mode: 'inline' | 'thread', design: { minimal?: boolean; appendOnly?: boolean; checkpoints?: 'background' | 'commit' } = {}): Promise<{ name: string; load: Load; batch: string }> {
+  const floor = await serveFloor(tpl, dir, name, drop, mode, design);
   try {
     // warmed up as the endpoint is (shipments.bench.ts warmBookingLoad)
-    const l = await warmBookingLoad(url, bookingLoads(tpl.pups, tpl.user), { 'content-type': 'application/json' });
-    const batch = booker ? `${(booker.stats.jobs / Math.max(1, booker.stats.batches)).toFixed(1)}` : 'n/a';
-    return { name, load: l, batch };
+    const l = await warmBookingLoad(floor.url, bookingLoads(tpl.pups, tpl.user), { 'content-type': 'application/json' });
+    return { name, load: l, batch: floor.batch() };
   } finally {
-    await app.close();
-    booker?.close();
-    await worker?.terminate();
+    await floor.close();
   }
 }
 

@@ -4,19 +4,25 @@
 //
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts GetPickUpPoints       # a preset (list: --help)
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts booking               # CreateLocalShipment, as bench/shipments.bench.ts loads it
+//   npx tsx --conditions=@locker/source bench/profile-endpoint.ts floor                 # the booking's SQL floor (booking-floor.bench.ts, event-loop variant), loaded as booking is
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts shipments             # GetShipments, 100 of 100,000, as bench/shipments.bench.ts loads it
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts bare                  # the bare fastify route every ratio is taken against
 //   npx tsx --conditions=@locker/source bench/profile-endpoint.ts /v1/PickupPoints/GetLockers '{"pageNo":1,"pageSize":50,"pupUid":"{pupUid}"}'
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_SECONDS=10 BENCH_PROFILE_OUT=/tmp/x.cpuprofile npx tsx ... GetAccount
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_PG_PIPELINES=0 npx tsx ... GetAccount   # every read from the pool (database.pgReadPipelines 0; default 2)
 //   BENCH_PROFILE_ENGINE=postgres BENCH_PROFILE_POOL=16 npx tsx ... booking   # database.poolSize (default 10; the shipments bench uses 16)
+//   BENCH_PROFILE_CHECKPOINTS=commit npx tsx ... booking   # database.sqliteCheckpoints (default background: in a thread between batches)
 //   BENCH_PROFILE_PERF=1 BENCH_PROFILE_GC=1 npx tsx ... shipments   # V8's GC pauses and the event loop's delay during the load
 //   NODE_OPTIONS=--perf-basic-prof BENCH_PROFILE_PERF=1 npx tsx ... GetLockers   # no V8 profile: attach `perf record -g -p <pid>` (printed) for on-CPU time with the kernel's
 //
 // The read presets are bench/api.bench.ts's ENDPOINTS on the demo site (16 connections, as there);
 // a path with a body runs against the demo site too, `{pupUid}` and `{mainAccountUid}` in the body
 // are replaced by the demo tenant's. `booking` provisions the shipments bench's 500 PUPs x 80
-// lockers (SQLite synchronous=FULL, 64 connections, callbacks registered).
+// lockers (SQLite synchronous=FULL, 64 connections, callbacks registered). `floor` serves the
+// booking's raw statements (bench/booking-floor-worker.mjs) on a store provisioned the same way,
+// in this process beside an idle central service, so the two profile alike: run both with
+// BENCH_PROFILE_SQL=1 for the same statements' cost per call, or with perf for the main thread's
+// time per booking (docs/benchmarks.md, "The thirty-first session's runs").
 //
 // It prints the self time by area (a library, or the central service's own folder) and the top
 // functions by self time. The .cpuprofile (BENCH_PROFILE_OUT) opens in Chrome DevTools
@@ -40,6 +46,7 @@ import { applyProvisioning } from '../packages/central/src/provisioning/apply';
 import { toDbTime } from '../packages/central/src/ids';
 import type { AppContext } from '../packages/central/src/context';
 import { bookingBody, fill, provision } from './shipments.bench';
+import { serveFloor, template } from './booking-floor.bench';
 import { pgTotalsStats } from '../packages/central/src/shipments/queries';
 import { ENDPOINTS } from './api.bench';
 import { demoTenant, load, type LoadRequest } from './support';
@@ -57,7 +64,7 @@ const engine = (process.env.BENCH_PROFILE_ENGINE ?? 'sqlite') as 'sqlite' | 'pos
 const [what, bodyArg] = process.argv.slice(2);
 
 if (!what || what === '--help' || what === '-h') {
-  console.log(`usage: profile-endpoint.ts <preset | /v1/path [json body]>\npresets: bare, booking, shipments, ${ENDPOINTS.map((e) => e.name).join(', ')}`);
+  console.log(`usage: profile-endpoint.ts <preset | /v1/path [json body]>\npresets: bare, booking, floor, shipments, ${ENDPOINTS.map((e) => e.name).join(', ')}`);
   process.exit(what ? 0 : 1);
 }
 
@@ -82,6 +89,16 @@ async function bookingTarget(svc: CentralService, ctx: AppContext): Promise<Targ
     headers: { 'content-type': 'application/json', authorization: `Bearer ${ctx.tokens.issue(tenant.uid).token}` },
     requests: pups.map((p) => ({ method: 'POST' as const, path: '/v1/Logistics/CreateLocalShipment', body: bookingBody(user, p) })),
   };
+}
+
+let floorClose: (() => Promise<void>) | undefined;
+
+/** The booking's SQL floor (booking-floor.bench.ts, event-loop variant), loaded as `booking` is. */
+async function floorTarget(): Promise<Target> {
+  const tpl = await template(dir);
+  const floor = await serveFloor(tpl, dir, 'floor', [], 'inline');
+  floorClose = floor.close;
+  return { url: floor.url, connections: 64, headers: { 'content-type': 'application/json' }, requests: tpl.pups.map((p) => ({ method: 'POST' as const, path: '/v1/Logistics/CreateLocalShipment', body: bookingBody(tpl.user, p) })) };
 }
 
 /** The shipments bench's GetShipments: a page of 100 (active, newest first) out of 100,000 stored, 64 connections. */
@@ -117,7 +134,7 @@ const pgSchema = engine === 'postgres' ? `profile_${crypto.randomBytes(5).toStri
 const config = loadConfig({
   env: {},
   overrides: {
-    database: { url: engine === 'postgres' ? PG_URL : path.join(dir, 'central.db'), sqliteSynchronous: 'FULL', ...(process.env.BENCH_PROFILE_POOL ? { poolSize: Number(process.env.BENCH_PROFILE_POOL) } : {}), sqliteReadThreads: Number(process.env.BENCH_PROFILE_READ_THREADS ?? 1), pgReadPipelines: Number(process.env.BENCH_PROFILE_PG_PIPELINES ?? 2) },
+    database: { url: engine === 'postgres' ? PG_URL : path.join(dir, 'central.db'), sqliteSynchronous: 'FULL', ...(process.env.BENCH_PROFILE_POOL ? { poolSize: Number(process.env.BENCH_PROFILE_POOL) } : {}), sqliteReadThreads: Number(process.env.BENCH_PROFILE_READ_THREADS ?? 1), ...(process.env.BENCH_PROFILE_CHECKPOINTS ? { sqliteCheckpoints: process.env.BENCH_PROFILE_CHECKPOINTS as 'background' | 'commit' } : {}), pgReadPipelines: Number(process.env.BENCH_PROFILE_PG_PIPELINES ?? 2) },
     log: { level: 'silent' },
     mqtt: { mode: 'off' },
     environment: 'staging',
@@ -171,7 +188,7 @@ if (process.env.BENCH_PROFILE_GC) {
 const svc = new CentralService({ config, log: createLogger({ level: 'silent' }), pgSchema, startWorkers: false });
 const ctx = await svc.start();
 try {
-  const target = what === 'booking' ? await bookingTarget(svc, ctx) : what === 'shipments' ? await shipmentsTarget(svc, ctx) : what === 'bare' ? await bareTarget() : await demoTarget(svc, ctx);
+  const target = what === 'booking' ? await bookingTarget(svc, ctx) : what === 'shipments' ? await shipmentsTarget(svc, ctx) : what === 'bare' ? await bareTarget() : what === 'floor' ? await floorTarget() : await demoTarget(svc, ctx);
   const url = target.url;
   const probe = await fetch(`${url}${target.requests[0]!.path}`, { method: 'POST', headers: target.headers, body: target.requests[0]!.body });
   console.log(`probe: ${probe.status} ${(await probe.text()).slice(0, 300)}`);
@@ -325,6 +342,7 @@ try {
   }
 } finally {
   await bareApp?.close();
+  await floorClose?.();
   await svc.stop();
   // BENCH_PROFILE_KEEP_SCHEMA=1: the store stays (SQLite: its folder; PostgreSQL: its schema), for EXPLAIN by hand
   if (process.env.BENCH_PROFILE_KEEP_SCHEMA && !pgSchema) console.log(`store ${dir} kept`);
