@@ -620,6 +620,18 @@ export class Agent implements TechnicianHost {
 
   private onCodes(payload: Buffer): void {
     if (!this.running || this.stopping) return;
+    try {
+      this.takeCodes(payload);
+    } catch (err) {
+      // A store that cannot take them (disk full, I/O error, busy past its timeout): the codes held
+      // stay as they were, the next status shows their version and the central service sends
+      // again. Thrown out of the MQTT client's message handler it ended the process, and every
+      // restart met the same push: nobody watched the doors meanwhile.
+      this.log.error({ err: (err as Error).message, errorCode: 'CODES_NOT_STORED' }, 'code update not stored; the codes held are kept');
+    }
+  }
+
+  private takeCodes(payload: Buffer): void {
     const msg = parseMessage(CodesMessage, payload);
     if (!msg) {
       this.log.warn({ bytes: payload.length }, 'malformed codes message dropped');

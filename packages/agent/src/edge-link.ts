@@ -75,6 +75,8 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
   private cursor = 0;
   /** bumped whenever the cursor is set back (resendFrom): a publish in flight then must not move it forward again */
   private rewinds = 0;
+  /** the highest seq this process has handed to the broker (any connection): acknowledgements mark no further */
+  private publishedThrough = 0;
   /** when the central service last acknowledged events / an event was last published (ms) */
   private lastAckAt = 0;
   private lastPublishAt = 0;
@@ -313,13 +315,20 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
       this.log.debug({ upTo: ack.upTo }, 'acknowledgement of another journal ignored');
       return;
     }
+    // Only what this process has handed to the broker can have been committed: an
+    // acknowledgement past it (a central service counting another store's seqs, a store restored
+    // from an older copy) marks no more, or events that never left the terminal would count as
+    // sent and never be published. After a restart the drain publishes the unsent ones again and
+    // the central service acknowledges them again.
+    const upTo = Math.min(ack.upTo, this.publishedThrough);
+    if (ack.upTo > this.opts.store.lastSeq()) this.log.error({ upTo: ack.upTo, lastSeq: this.opts.store.lastSeq(), errorCode: 'ACK_BEYOND_JOURNAL' }, 'the central service acknowledges seqs this journal never wrote; only what was published is marked sent');
     try {
-      const n = this.opts.store.markSentUpTo(ack.upTo, this.now());
+      const n = this.opts.store.markSentUpTo(upTo, this.now());
       if (n) {
         this.sentCount += n;
         this.lastAckAt = Date.now();
-        this.log.debug({ upTo: ack.upTo, marked: n }, 'events committed by the central service');
-        this.emit('eventsAcknowledged', ack.upTo);
+        this.log.debug({ upTo, marked: n }, 'events committed by the central service');
+        this.emit('eventsAcknowledged', upTo);
       }
     } catch (err) {
       this.log.error({ err: (err as Error).message }, 'marking events sent failed');
@@ -402,6 +411,8 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
         continue;
       }
       const rewinds = this.rewinds;
+      // from here the central service may receive it (onEventAck marks no further)
+      this.publishedThrough = Math.max(this.publishedThrough, row.seq);
       try {
         // resolves on PUBACK (flow control only); if the connection drops meanwhile, mqtt.js
         // re-sends it on the next connection

@@ -100,6 +100,39 @@ describe('agent + simulator + embedded broker', () => {
     expect(w.agent.state().codes).toMatchObject({ version: 3, count: 1 });
   });
 
+  it('a code push the store cannot take (disk full) is not applied and does not end the agent; the next push is taken', async () => {
+    const held = w.agent.state().codes;
+    const now = new Date().toISOString();
+    const errors: unknown[] = [];
+    const onError = (e: unknown) => errors.push(e);
+    process.on('uncaughtException', onError);
+    const full = () => {
+      throw new Error('SQLITE_FULL: database or disk is full');
+    };
+    const replace = vi.spyOn(w.agent.store, 'replaceCodes').mockImplementation(full);
+    const delta = vi.spyOn(w.agent.store, 'applyDelta').mockImplementation(full);
+    try {
+      await w.publish('codes', { v: 1, type: 'snapshot', epoch: 'epoch-full', version: 1, at: now, codes: [codeEntry('c-full', 'DropOff', 'QR-FULL', { board: 0, lock: 6 })] });
+      await w.publish('codes', { v: 1, type: 'delta', epoch: held.epoch, baseVersion: held.version, version: held.version + 1, at: now, upserts: [codeEntry('c-full2', 'DropOff', 'QR-FULL2', { board: 0, lock: 6 })], revoke: [] });
+      await waitFor(() => replace.mock.calls.length === 1 && delta.mock.calls.length === 1, 'both pushes tried');
+      await sleep(200);
+    } finally {
+      replace.mockRestore();
+      delta.mockRestore();
+      process.off('uncaughtException', onError);
+    }
+    expect(errors).toEqual([]);
+    // the codes held are unchanged, and the agent goes on: it still answers a credential
+    expect(w.agent.state().codes).toMatchObject({ epoch: held.epoch, version: held.version });
+    expect(await w.agent.presentCredential({ source: 'qr', value: 'QR-FULL', reader: 'scan0' })).toMatchObject({ accepted: false });
+    // writable again: the same snapshot is taken
+    await w.publish('codes', { v: 1, type: 'snapshot', epoch: 'epoch-full', version: 1, at: now, codes: [codeEntry('c-full', 'DropOff', 'QR-FULL', { board: 0, lock: 6 })] });
+    await waitFor(() => w.agent.state().codes.epoch === 'epoch-full', 'the snapshot taken');
+    // the codes the later tests expect, back (a new epoch replaces whatever its version)
+    await w.snapshot([codeEntry('c-5', 'DropOff', 'QR-5', { board: 0, lock: 5 })], held.version, held.epoch!);
+    await waitFor(() => w.agent.state().codes.epoch === held.epoch && w.agent.state().codes.version === held.version, 'the codes held before');
+  });
+
   it('garbage on MQTT and on the RS485 line does not crash it, and journals no door event from it', async () => {
     const seqBefore = w.agent.state().journal.lastSeq;
     await w.publish('codes', 'not json at all');

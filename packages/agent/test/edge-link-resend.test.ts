@@ -73,3 +73,46 @@ describe('EdgeLink: resendFrom during a publish in flight', () => {
     expect(seqs.slice(0, 5)).toEqual([1, 2, 3, 2, 3]);
   });
 });
+
+describe('EdgeLink: an acknowledgement past what was published', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  it('marks sent only what this process published: the rest is still published (a central service counting another store, a restored store)', async () => {
+    const seqs: number[] = [];
+    const aedes = await Aedes.createBroker({
+      authorizePublish: (_client, packet, cb) => {
+        if (packet.topic.endsWith('/up/events')) seqs.push((JSON.parse(packet.payload.toString()) as { seq: number }).seq);
+        cb(null);
+      },
+    });
+    const server = net.createServer((s) => aedes.handle(s as never));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(async () => {
+      await new Promise<void>((r) => aedes.close(() => r()));
+      await new Promise<void>((r) => server.close(() => r()));
+    });
+    const ack = (upTo: number) =>
+      new Promise<void>((resolve, reject) =>
+        aedes.publish({ cmd: 'publish', topic: edgeTopics.down(TERMINAL, 'eventAcks'), payload: Buffer.from(JSON.stringify({ v: 1, journalId: store.journalId(), upTo, at: new Date().toISOString() })), qos: 1, retain: false, dup: false }, (err) => (err ? reject(err) : resolve())),
+      );
+    const { link, store, dispose } = bareLink(`mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`, TERMINAL, { publishTimeoutMs: 60_000 });
+    cleanups.push(dispose);
+    for (let i = 1; i <= 60; i++) store.append('doorOpened', { bus: 'bus0', board: 0, lock: 1, commanded: true }, new Date());
+    await link.start();
+    // the window: 32 published, none acknowledged yet
+    await waitFor(() => seqs.length >= 32, '32 events published', 10_000);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(Math.max(...seqs)).toBe(32);
+    // a central service acknowledging far past them (upTo 500; the journal holds 60)
+    await ack(500);
+    await waitFor(() => store.unsentCount() === 28, 'the 32 published marked sent', 5000);
+    // 33..60 were never published: still unsent, and the drain publishes them now
+    await waitFor(() => seqs.includes(60), 'seq 60 published', 10_000);
+    expect([...new Set(seqs)].sort((a, b) => a - b)).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+    await ack(60);
+    await waitFor(() => store.unsentCount() === 0, 'all marked sent', 5000);
+  });
+});
