@@ -59,6 +59,26 @@ describe('terminal clock (pure)', () => {
     expect(d.columns.reported_through).toBe('2026-03-01T10:01:00.000Z');
   });
 
+  it("a seq proves arrival only of its own journal: a new store's status is not proven by the old store's count", () => {
+    expect(receivedThrough({ applied_seq: 812, journal_id: 'old' }, 'new')).toBe(0);
+    expect(receivedThrough({ applied_seq: 812, journal_id: 'old' }, 'old')).toBe(812);
+    expect(receivedThrough({ applied_seq: 812, journal_id: null }, null)).toBe(812);
+    const st = (at: string, unsent: number, lastSeq: number, id?: string) => ({ at, journal: { unsent, lastSeq, ...(id ? { id } : {}) } });
+    // the cursor on the old store at 812; the new store's first status: 3 unsent, its last seq 3
+    const prev = { last_seq: 812, applied_seq: 812, journal_id: 'old', reported_through: '2026-03-01T09:00:00.000Z' };
+    const a = onlineStatusColumns(prev, st('2026-03-01T10:00:00.000Z', 3, 3, 'new'), T('10:00:00.000'), 120);
+    expect(a.columns).toMatchObject({ reported_through: '2026-03-01T09:00:00.000Z', pending_through_at: '2026-03-01T10:00:00.000Z', pending_through_seq: 3, pending_through_journal: 'new' });
+    // still on the old journal at the next status (3 unsent still): the pending proof is not promoted by 812 >= 3
+    const b = onlineStatusColumns({ ...prev, ...a.columns }, st('2026-03-01T10:01:00.000Z', 3, 3, 'new'), T('10:01:00.000'), 120);
+    expect(b.columns.reported_through).toBe('2026-03-01T09:00:00.000Z');
+    // the cursor moved to the new journal and holds its seq 3: promoted
+    const c = onlineStatusColumns({ ...prev, ...a.columns, journal_id: 'new', applied_seq: 3 }, st('2026-03-01T10:02:00.000Z', 1, 4, 'new'), T('10:02:00.000'), 120);
+    expect(c.columns.reported_through).toBe('2026-03-01T10:00:00.000Z');
+    // the same status naming the old journal (whose count is here) proves itself, as before
+    const d = onlineStatusColumns(prev, st('2026-03-01T10:00:00.000Z', 3, 700, 'old'), T('10:00:00.000'), 120);
+    expect(d.columns.reported_through).toBe('2026-03-01T10:00:00.000Z');
+  });
+
   describe('expirySafeThrough: how far the sweep may expire at a pick up point', () => {
     const now = T('12:00:00.000');
     const ev = (p: Partial<TerminalEvidence>): TerminalEvidence => ({ heardAt: T('11:59:00.000'), reportedThrough: null, pendingAt: null, pendingSeq: null, receivedSeq: 0, earliestUnprocessed: null, ...p });

@@ -1,4 +1,5 @@
 // Tables of the edge sync (migration 400_edge): terminal <-> central over MQTT.
+import type { Generated } from 'kysely';
 
 export interface EdgeTerminalsTable {
   terminal_id: string;
@@ -20,7 +21,7 @@ export interface EdgeTerminalsTable {
   journal_id?: string | null;
   /** migration 412: the journal the terminal's latest online status names (status journal.id): its live one; null: not named */
   live_journal_id?: string | null;
-  /** the live journal that one replaced (journals never come back: a status naming it is stale and changes nothing) */
+  /** the live journal that one replaced (the cross-journal replay: edge/ingest.ts applyLate) */
   previous_live_journal_id?: string | null;
   /** since when the event after applied_seq counts as missing: when the first event held behind it was stored, but no earlier than edge.gapGiveUpSeconds - edge.gapResendSeconds before the gap was noticed (edge/ingest.ts) */
   gap_since?: string | null;
@@ -34,6 +35,8 @@ export interface EdgeTerminalsTable {
   /** a status that still had unsent events: its corrected time, proven once seq pending_through_seq is here */
   pending_through_at?: string | null;
   pending_through_seq?: number | string | null;
+  /** migration 413: the journal whose seq pending_through_seq counts (null: a status that named none) */
+  pending_through_journal?: string | null;
   /** migration 408: version of the down/lockers list last pushed (compare-and-set, as codes_version) */
   lockers_version?: number;
   /** digest of that list (null: never pushed) */
@@ -114,11 +117,25 @@ export interface LockDisagreementsTable {
   detected_at: string;
 }
 
+/**
+ * Migration 413: every journal of a terminal, in the order the central service first saw it (a
+ * status naming it, or an event of it outside the cursor's journal). A status naming a journal
+ * seen before the live one is stale (edge/sync.ts).
+ */
+export interface EdgeJournalsTable {
+  /** grows with every journal recorded (assigned by the database: the same order on every instance) */
+  generation: Generated<number>;
+  terminal_id: string;
+  journal_id: string;
+  first_seen_at: string;
+}
+
 export interface EdgeTables {
   pup_code_versions: PupCodeVersionsTable;
   edge_terminals: EdgeTerminalsTable;
   edge_pushed_codes: EdgePushedCodesTable;
   edge_events: EdgeEventsTable;
+  edge_journals: EdgeJournalsTable;
   lock_observations: LockObservationsTable;
   lock_disagreements: LockDisagreementsTable;
 }

@@ -130,8 +130,12 @@ export function expirySafeThrough(terminals: TerminalEvidence[], now: Date, maxO
 /**
  * The seq up to which the central service holds every event of the terminal: applied_seq where
  * events are applied in order (nothing before it is missing), else the highest seq received.
+ * `journalId`: of that journal (a status's journal.id): applied_seq counts the cursor's journal
+ * only, so for another one (a new store whose events have not come, the cursor still on the old
+ * one) nothing is known to have arrived (0). Null: a status of an agent that names no journal.
  */
-export function receivedThrough(row: { last_seq?: number | string | null; applied_seq?: number | string | null }): number {
+export function receivedThrough(row: { last_seq?: number | string | null; applied_seq?: number | string | null; journal_id?: string | null }, journalId: string | null = null): number {
+  if (journalId !== null && (row.journal_id ?? null) !== journalId) return 0;
   return Number(row.applied_seq ?? row.last_seq ?? 0);
 }
 
@@ -143,6 +147,7 @@ export interface TerminalClockColumns {
   reported_through: string | null;
   pending_through_at: string | null;
   pending_through_seq: number | null;
+  pending_through_journal: string | null;
 }
 
 /** What edge_terminals held before an online status arrived. */
@@ -154,6 +159,10 @@ export interface TerminalClockRow {
   reported_through?: string | null;
   pending_through_at?: string | null;
   pending_through_seq?: number | string | null;
+  /** the journal whose seq pending_through_seq counts (migration 413; null: the status named none) */
+  pending_through_journal?: string | null;
+  /** the cursor's journal: the one applied_seq counts */
+  journal_id?: string | null;
 }
 
 /**
@@ -164,18 +173,19 @@ export interface TerminalClockRow {
  */
 export function onlineStatusColumns(
   prev: TerminalClockRow,
-  status: { at: string; journal: { unsent: number; lastSeq: number } },
+  status: { at: string; journal: { unsent: number; lastSeq: number; id?: string } },
   receivedAt: Date,
   maxSkewSeconds: number,
 ): { columns: TerminalClockColumns; measurement: ClockMeasurement } {
   const m = measureClock(receivedAt, status.at, maxSkewSeconds);
   const statusAt = doorTime(status.at, receivedAt, { offsetMs: m.offsetMs, skewed: m.skewed });
-  const receivedSeq = receivedThrough(prev);
+  // a seq proves something only about the journal it counts (the status's, the pending proof's)
   let through = prev.reported_through ? Date.parse(prev.reported_through) : Number.NEGATIVE_INFINITY;
-  if (prev.pending_through_at && prev.pending_through_seq != null && receivedSeq >= Number(prev.pending_through_seq)) through = Math.max(through, Date.parse(prev.pending_through_at));
+  if (prev.pending_through_at && prev.pending_through_seq != null && receivedThrough(prev, prev.pending_through_journal ?? null) >= Number(prev.pending_through_seq)) through = Math.max(through, Date.parse(prev.pending_through_at));
   let pendingAt: string | null = null;
   let pendingSeq: number | null = null;
-  if (statusProvesReported({ statusAt, unsent: status.journal.unsent, lastSeq: status.journal.lastSeq, receivedSeq })) through = Math.max(through, statusAt.getTime());
+  const journal = status.journal.id ?? null;
+  if (statusProvesReported({ statusAt, unsent: status.journal.unsent, lastSeq: status.journal.lastSeq, receivedSeq: receivedThrough(prev, journal) })) through = Math.max(through, statusAt.getTime());
   else {
     pendingAt = statusAt.toISOString();
     pendingSeq = status.journal.lastSeq;
@@ -189,6 +199,7 @@ export function onlineStatusColumns(
       reported_through: Number.isFinite(through) ? new Date(through).toISOString() : null,
       pending_through_at: pendingAt,
       pending_through_seq: pendingSeq,
+      pending_through_journal: pendingAt === null ? null : journal,
     },
   };
 }

@@ -40,7 +40,7 @@ import { newUid, toDbTime } from '../ids';
 import { centralMetrics } from '../ops/metrics';
 import { shipmentService } from '../shipments/service';
 import { rawQuery, sqliteStatement } from '../shipments/sqlq';
-import { isRetryablePgError, type Trx } from '../shipments/tx';
+import { isPgDataError, isRetryablePgError, type Trx } from '../shipments/tx';
 import { doorTime } from './clock';
 import { ObservationBatch, recordObservationWith, type ObsExec } from './observations';
 
@@ -149,8 +149,12 @@ interface StoreResult {
 const STORE_CURSOR_SQLITE = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ?';
 const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ANY(?)';
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
-/** once per terminal: the first journal id it shows (the apply moves it on from there) */
+/** once per terminal: the first journal id it shows (the apply moves it on from there); its seq continues the count of applied_seq (an agent updated in place keeps its store) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
+/** records a journal of a terminal the first time it is seen (edge_journals.generation: the order of first sight; edge/sync.ts) */
+export const JOURNAL_SEEN = 'INSERT INTO edge_journals (terminal_id, journal_id, first_seen_at) VALUES (?, ?, ?) ON CONFLICT (terminal_id, journal_id) DO NOTHING';
+/** the same for a journal whose seq 1 came (a new store): it counts from 0, not on from the events of an agent older than journal ids */
+const PATCH_NEW_JOURNAL = 'UPDATE edge_terminals SET journal_id = ?, applied_seq = 0, gap_since = NULL WHERE terminal_id = ? AND journal_id IS NULL';
 /** the event at a seq of a terminal journal, processed already (advanceIn: one to step over?) */
 const PROCESSED_AT_JOURNAL = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq = ? AND processed = 1';
 const PROCESSED_AT_LEGACY = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq = ? AND processed = 1';
@@ -490,16 +494,36 @@ export class EventIngest {
         for (const x of r) fresh.add(x.event_id);
       }
     }
-    // the first journal id a terminal shows names the journal whose seq applied_seq already counts
-    // (an agent updated in place keeps its store). Nothing else of the row is written here: the
-    // highest seq stored (last_seq) is written by the apply, which holds the row anyway.
-    const journals = new Map<string, string>();
+    // The first journal id a terminal shows names the journal whose seq applied_seq already counts
+    // (an agent updated in place keeps its store and its count), unless that journal's seq 1 is
+    // among them: a new store (a replaced terminal computer), counting from 1 again. Kept at the
+    // old count, its seq 1 and 2 were applied as late events and acknowledged up to the old count,
+    // past what the terminal had sent (events it then counted as committed). Nothing else of the
+    // row is written here: the highest seq stored (last_seq) is written by the apply, which holds
+    // the row anyway.
+    const journals = new Map<string, { id: string; fromOne: boolean }>();
+    // every journal seen outside the terminal's cursor journal, in the order first seen
+    // (edge_journals, migration 413: a status naming one seen before the live one is stale)
+    const sighted = new Set<string>();
     for (const a of arrivals) {
       const journalId = a.ev.journalId ?? null;
-      if (journalId && fresh.has(a.ev.eventId) && journalOf.get(a.terminalId) == null && !journals.has(a.terminalId)) journals.set(a.terminalId, journalId);
+      if (!journalId || !fresh.has(a.ev.eventId)) continue;
+      const cursorJournal = journalOf.get(a.terminalId) ?? null;
+      if (journalId !== cursorJournal) sighted.add(`${a.terminalId}\u0000${journalId}`);
+      if (cursorJournal !== null) continue;
+      const first = journals.get(a.terminalId);
+      if (!first) journals.set(a.terminalId, { id: journalId, fromOne: a.ev.seq === 1 });
+      else if (first.id === journalId && a.ev.seq === 1) first.fromOne = true;
     }
     // in the order of terminal ids, as the apply locks them: fewer deadlocks between instances (PostgreSQL retries those)
-    for (const id of [...journals.keys()].sort()) await exec(PATCH_JOURNAL, [journals.get(id)!, id]);
+    for (const key of [...sighted].sort()) {
+      const [terminalId, journalId] = key.split('\u0000') as [string, string];
+      await exec(JOURNAL_SEEN, [terminalId, journalId, now]);
+    }
+    for (const id of [...journals.keys()].sort()) {
+      const j = journals.get(id)!;
+      await exec(j.fromOne ? PATCH_NEW_JOURNAL : PATCH_JOURNAL, [j.id, id]);
+    }
     return { fresh, unknown };
   }
 
@@ -982,6 +1006,17 @@ export class EventIngest {
         const code = err.code;
         after.logs.push(() => this.log.warn({ terminal: terminalId, seq: row.seq, type: row.type, errorCode: code }, 'door event not applicable'));
         await finish(`rejected:${code}`);
+        after.applied++;
+        return true;
+      }
+      if (isPgDataError(err)) {
+        // a value the event carries that PostgreSQL cannot take (SQLSTATE class 22: a number out of
+        // range, text where a number belongs): it fails the same way on every retry, so it is
+        // refused and acknowledged like a malformed event, not retried for ever (which held the
+        // terminal's later events for good)
+        const msg = (err as Error).message;
+        after.logs.push(() => this.log.error({ terminal: terminalId, seq: row.seq, type: row.type, err: msg, errorCode: 'EVENT_MALFORMED' }, 'event refused: a value in it does not fit the store'));
+        await finish('rejected:MalformedEvent');
         after.applied++;
         return true;
       }

@@ -236,10 +236,18 @@ type ObservedRow = ObsRow & { observed_locker: string };
 const observed = (rows: ObservedRow[]): LockerObserved[] =>
   rows.map(({ observed_locker, ...o }) => ({ uid: observed_locker, obs: o.locker_uid == null ? null : (o as ObsRow) }));
 
+/**
+ * A board address or lock number as the lockers table holds them (an integer column): anything
+ * else in an event (1.5, 3e9) matches no locker. Passed on as it came, PostgreSQL refused the
+ * whole statement (22P02, not a shipment's refusal), so the event failed on every retry and held
+ * the terminal's later events for good; SQLite found no match.
+ */
+const lockNumber = (v: unknown): number | null => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 && v <= 2_147_483_647 ? v : null);
+
 /** The lockers an event is about: by its lockerUid (of the terminal's pick up point), else by bus/board/lock there. */
 async function lockersOf(exec: ObsExec, pupUid: string, type: string, f: Record<string, unknown>): Promise<LockerObserved[]> {
   const bus = typeof f.bus === 'string' ? f.bus : null;
-  const board = typeof f.board === 'number' ? f.board : null;
+  const board = lockNumber(f.board);
   if (BOARD_TYPES.has(type)) {
     if (bus === null || board === null) return [];
     return observed((await exec<ObservedRow>(OBS_OF_BOARD, [pupUid, bus, board])).rows);
@@ -248,7 +256,7 @@ async function lockersOf(exec: ObsExec, pupUid: string, type: string, f: Record<
     const r = observed((await exec<ObservedRow>(OBS_OF_UID, [f.lockerUid, pupUid])).rows);
     if (r.length) return r;
   }
-  const lock = typeof f.lock === 'number' ? f.lock : null;
+  const lock = lockNumber(f.lock);
   if (bus === null || board === null || lock === null) return [];
   return observed((await exec<ObservedRow>(OBS_OF_LOCK, [pupUid, bus, board, lock])).rows).slice(0, 1);
 }

@@ -41,7 +41,7 @@ import { currentLockers, lockersDigest } from './lockers';
 import { preparedReader, type ReadAll } from '../db/prepared-read';
 import { rawQuery } from '../shipments/sqlq';
 import { onCodesChanged } from './notify';
-import { EventIngest } from './ingest';
+import { EventIngest, JOURNAL_SEEN } from './ingest';
 import { onlineStatusColumns } from './clock';
 import { centralMetrics } from '../ops/metrics';
 import { shipmentService } from '../shipments/service';
@@ -68,19 +68,27 @@ const SQL_CLAIM_LOCKERS = 'update edge_terminals set lockers_version = ?, locker
 /** the status update's text for a set of column names (ours, never input): a few shapes in all */
 const statusUpdateTexts = new Map<string, string>();
 /**
- * The live journal a status names (the parameter, four times; null: not named), unless it is the
- * one the live journal replaced: journals never come back, so that status is stale (recorded late by
- * a slower instance) and changes nothing. The journal replaced is kept when the live one changes
- * from one journal to another (not to or from unknown). Every SET expression reads the row as it
- * was before the update (both engines); a comparison with null is not true.
+ * The journal a status names (the parameter) was first seen no earlier than the live journal and
+ * the cursor's (edge_journals, migration 413): a status naming an older one was recorded late (a
+ * slower instance; journals never come back) and changes nothing.
+ */
+const NAMED_IS_NEWEST =
+  '(select generation from edge_journals j where j.terminal_id = edge_terminals.terminal_id and j.journal_id = cast(? as text)) >= ' +
+  'coalesce((select max(generation) from edge_journals j where j.terminal_id = edge_terminals.terminal_id and j.journal_id in (edge_terminals.live_journal_id, edge_terminals.journal_id)), 0)';
+/**
+ * The live journal a status names (the parameter, four times), unless it is stale
+ * (NAMED_IS_NEWEST); the live journal it replaces is kept (the cross-journal replay, edge/ingest.ts).
+ * Every SET expression reads the row as it was before the update (both engines).
  */
 const LIVE_JOURNAL_SET =
-  'live_journal_id = case when previous_live_journal_id = cast(? as text) then live_journal_id else cast(? as text) end, ' +
-  'previous_live_journal_id = case when previous_live_journal_id = cast(? as text) then previous_live_journal_id when live_journal_id <> cast(? as text) then live_journal_id else previous_live_journal_id end';
-function statusUpdateText(columns: readonly string[], live: boolean): string {
-  const key = `${columns.join(',')}${live ? '+live' : ''}`;
+  `live_journal_id = case when ${NAMED_IS_NEWEST} then cast(? as text) else live_journal_id end, ` +
+  `previous_live_journal_id = case when ${NAMED_IS_NEWEST} and live_journal_id is not null and live_journal_id <> cast(? as text) then live_journal_id else previous_live_journal_id end`;
+/** an online status of an agent that names no journal (older than journal.id): the live journal is unknown */
+const LIVE_JOURNAL_UNKNOWN = 'live_journal_id = null';
+function statusUpdateText(columns: readonly string[], live: 'named' | 'unknown' | null): string {
+  const key = `${columns.join(',')}+${live}`;
   let t = statusUpdateTexts.get(key);
-  if (t === undefined) statusUpdateTexts.set(key, (t = `update edge_terminals set ${columns.map((c) => `${c} = ?`).join(', ')}${live ? `, ${LIVE_JOURNAL_SET}` : ''} where terminal_id = ?`));
+  if (t === undefined) statusUpdateTexts.set(key, (t = `update edge_terminals set ${columns.map((c) => `${c} = ?`).join(', ')}${live === 'named' ? `, ${LIVE_JOURNAL_SET}` : live === 'unknown' ? `, ${LIVE_JOURNAL_UNKNOWN}` : ''} where terminal_id = ?`));
   return t;
 }
 /**
@@ -375,13 +383,18 @@ export class EdgeSync implements Worker {
     const set: Record<string, unknown> = { online, status_at: this.nowDb(), last_status: JSON.stringify(msg), updated_at: this.nowDb(), ...(clock?.columns ?? {}) };
     // The journal it writes now: its live one (edge/ingest.ts). An offline status names none and
     // changes nothing; an online one without it (an older agent) makes it unknown. Written when it
-    // differs from the one recorded, and then not if it names the journal the live one replaced
-    // (LIVE_JOURNAL_SET: statuses of one terminal recorded out of order by two instances).
+    // differs from the one recorded, and then not if that journal was first seen before the live
+    // one or the cursor's (LIVE_JOURNAL_SET: statuses of one terminal recorded out of order by two
+    // instances); a journal not seen before is recorded as seen now (JOURNAL_SEEN).
     const live = msg.state === 'online' ? (msg.journal.id ?? null) : undefined;
     const named = live !== undefined && live !== (before.live_journal_id ?? null);
     const columns = Object.keys(set);
-    const params = [...columns.map((c) => set[c]), ...(named ? [live, live, live, live] : []), terminalId];
-    await this.write((db) => this.exec(db, statusUpdateText(columns, named), params));
+    const params = [...columns.map((c) => set[c]), ...(named && live ? [live, live, live, live] : []), terminalId];
+    const text = statusUpdateText(columns, !named ? null : live ? 'named' : 'unknown');
+    await this.write(async (db) => {
+      if (named && live) await this.exec(db, JOURNAL_SEEN, [terminalId, live, this.nowDb()]);
+      await this.exec(db, text, params);
+    });
     // Another journal than the cursor's: the ingest moves the cursor to it now (its events may all
     // be in already, applied late while an older status named the old journal); it decides again
     // on the row it locks (a stale status changed nothing: nothing to do). No cursor journal yet (a

@@ -848,7 +848,7 @@ export class ShipmentService {
     const terms = await db
       .selectFrom('terminals as t')
       .leftJoin('edge_terminals as e', 'e.terminal_id', 't.id')
-      .select(['t.id', 'e.status_at', 'e.last_seq', 'e.applied_seq', 'e.reported_through', 'e.pending_through_at', 'e.pending_through_seq', 'e.clock_offset_ms', 'e.clock_skewed'])
+      .select(['t.id', 'e.status_at', 'e.last_seq', 'e.applied_seq', 'e.reported_through', 'e.pending_through_at', 'e.pending_through_seq', 'e.pending_through_journal', 'e.journal_id', 'e.clock_offset_ms', 'e.clock_skewed'])
       .where('t.pup_uid', '=', pupUid)
       .execute();
     const evidence: TerminalEvidence[] = [];
@@ -867,7 +867,8 @@ export class ShipmentService {
         reportedThrough: date(t.reported_through),
         pendingAt: date(t.pending_through_at),
         pendingSeq: t.pending_through_seq == null ? null : Number(t.pending_through_seq),
-        receivedSeq: receivedThrough(t),
+        // the seq of the pending proof's journal that has arrived (nothing of another journal than the cursor's)
+        receivedSeq: receivedThrough(t, t.pending_through_journal ?? null),
         earliestUnprocessed: earliest,
       });
     }

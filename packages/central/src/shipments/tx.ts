@@ -31,6 +31,12 @@ export function isRetryablePgError(e: unknown): boolean {
   return err.code === '23505' && (err.constraint === 'shipment_transitions_pk' || err.constraint === 'access_codes_pin_unique');
 }
 
+/** A PostgreSQL data exception (SQLSTATE class 22: invalid text representation, numeric value out of range, ...): the same input fails the same way again. */
+export function isPgDataError(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.length === 5 && code.startsWith('22');
+}
+
 export const PG_TX_ATTEMPTS = 5;
 
 /**

@@ -28,6 +28,7 @@ import * as m409 from './409_terminal_secret_fast';
 import * as m410 from './410_terminals_pup';
 import * as m411 from './411_lockers_pup_updated';
 import * as m412 from './412_edge_live_journal';
+import * as m413 from './413_edge_journals';
 
 export const migrations: Record<string, Migration> = {
   '001_foundation': m001,
@@ -57,4 +58,5 @@ export const migrations: Record<string, Migration> = {
   '410_terminals_pup': m410,
   '411_lockers_pup_updated': m411,
   '412_edge_live_journal': m412,
+  '413_edge_journals': m413,
 };

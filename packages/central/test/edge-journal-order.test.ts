@@ -1,0 +1,174 @@
+// Which journal is a terminal's live one, and from where a journal counts (docs/edge-protocol.md
+// "Order and acknowledgement"), where a stale status or an older agent's cursor had the central
+// service acknowledge the wrong thing: journals are ordered by when the central service first saw
+// them (edge_journals, migration 413), so a status of a dead store recorded late can no longer take
+// the live journal (whose real statuses then all counted as stale: the terminal never acknowledged
+// again); a new store meeting a cursor of an agent older than journal ids counts from its seq 1
+// (it was acknowledged up to the old count, past what the terminal had sent); and an event value
+// the store cannot take no longer holds the terminal for good on PostgreSQL. Both engines, the
+// embedded broker, a terminal played by a raw MQTT client.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import pg from 'pg';
+import { Migrator } from 'kysely';
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { createTestService, describeEngines, pgUrl, type TestService } from './support/harness';
+import { openDatabase } from '../src/db/database';
+import { migrations } from '../src/db/migrations';
+import { waitFor } from './support/wait';
+import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
+
+describeEngines('edge events: journals in the order first seen', (engine) => {
+  let t: TestService;
+  let tt: ScriptedTerminal;
+  const P = 'locker/v1/t/term-a1';
+  const door = { bus: 'bus0', board: 0, lock: 1 };
+  const journal = () => `journal-${crypto.randomUUID()}`;
+
+  beforeEach(async () => {
+    t = await createTestService(engine, {
+      config: { mqtt: { mode: 'embedded', host: '127.0.0.1', port: 0 }, edge: { pollMs: 50, retrySeconds: 0.2, gapResendSeconds: 5, gapGiveUpSeconds: 60, otherJournalWaitSeconds: 10 } },
+      startWorkers: true,
+    });
+    tt = await connectScriptedTerminal(t);
+  });
+  afterEach(async () => {
+    tt?.close();
+    await t?.close();
+  });
+
+  /** an online status naming `id` as the journal the terminal writes (null: an agent that does not name one) */
+  const status = async (id: string | null) => {
+    const base = terminalStatus(0, null);
+    await tt.term.publishAsync(`${P}/up/status`, JSON.stringify({ ...base, journal: { ...base.journal, ...(id ? { id } : {}) } }), { qos: 1, retain: true });
+  };
+  const row = async () => await t.ctx.db.kysely.selectFrom('edge_terminals').select(['live_journal_id', 'journal_id', 'applied_seq', 'last_status']).where('terminal_id', '=', 'term-a1').executeTakeFirst();
+  /** the status just sent has been recorded (whatever it did to the live journal) */
+  const recorded = async (id: string | null) => waitFor(async () => (JSON.parse((await row())?.last_status ?? 'null') as { journal?: { id?: string } } | null)?.journal?.id === (id ?? undefined), `a status naming ${id} recorded`);
+  const live = async () => (await row())?.live_journal_id ?? null;
+  const sendIn = async (id: string | null, seq: number, type = 'doorOpened', fields: Record<string, unknown> = door) => {
+    const eventId = crypto.randomUUID();
+    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq, terminalId: 'term-a1', ...(id ? { journalId: id } : {}), at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
+    return eventId;
+  };
+  const acks = () => tt.got.filter((g) => g.kind === 'eventAcks').map((g) => g.body as { journalId: string; upTo: number });
+  const acked = (id: string, upTo: number) => waitFor(() => acks().some((a) => a.journalId === id && a.upTo === upTo), `${id} acknowledged up to ${upTo}`);
+  const settled = () => new Promise((r) => setTimeout(r, 500));
+
+  it('a status naming a store replaced two stores ago, recorded late, changes nothing: the live store stays acknowledged', async () => {
+    const [j1, j2, j3] = [journal(), journal(), journal()];
+    await status(j1);
+    await waitFor(async () => (await live()) === j1, 'j1 live');
+    await sendIn(j1, 1);
+    await acked(j1, 1);
+    await status(j2);
+    await waitFor(async () => (await live()) === j2, 'j2 live');
+    await status(j3);
+    await waitFor(async () => (await live()) === j3, 'j3 live');
+    // a slower instance records the first store's status only now
+    await status(j1);
+    await recorded(j1);
+    expect(await live()).toBe(j3);
+    // the terminal's next status names its store again; its events are acknowledged in order
+    await status(j3);
+    await recorded(j3);
+    expect(await live()).toBe(j3);
+    await sendIn(j3, 1);
+    await acked(j3, 1);
+    await sendIn(j3, 2);
+    await acked(j3, 2);
+    expect((await row())?.journal_id).toBe(j3);
+  });
+
+  it('while the live journal is unknown, a late status of the store the cursor left changes nothing; a store never seen is taken', async () => {
+    const [j1, j2, j3] = [journal(), journal(), journal()];
+    await sendIn(j1, 1);
+    await acked(j1, 1);
+    // an older agent's status: the live journal unknown
+    await status(null);
+    await recorded(null);
+    expect(await live()).toBeNull();
+    // a new store names itself, then the old store's status comes late
+    await status(j2);
+    await waitFor(async () => (await live()) === j2, 'j2 live');
+    await status(j1);
+    await recorded(j1);
+    expect(await live()).toBe(j2);
+    await status(j2);
+    await recorded(j2);
+    expect(await live()).toBe(j2);
+    await sendIn(j2, 1);
+    await acked(j2, 1);
+    // a store not seen before (no event, no status of it yet): the newest
+    await status(j3);
+    await waitFor(async () => (await live()) === j3, 'j3 live');
+    await sendIn(j3, 1);
+    await acked(j3, 1);
+  });
+
+  it("a new store meeting the cursor of an agent older than journal ids counts from its seq 1: acknowledged only as far as it came", async () => {
+    for (let seq = 1; seq <= 5; seq++) await sendIn(null, seq);
+    await waitFor(async () => Number((await row())?.applied_seq) === 5, 'the legacy events applied');
+    const j = journal();
+    await sendIn(j, 1);
+    await sendIn(j, 2);
+    await acked(j, 2);
+    await settled();
+    expect(acks().filter((a) => a.journalId === j).map((a) => a.upTo)).not.toContain(5);
+    expect(await row()).toMatchObject({ journal_id: j, applied_seq: 2 });
+    await sendIn(j, 3);
+    await acked(j, 3);
+    // not applied late (out of order): in order, as a new journal
+    const late = await t.ctx.db.kysely.selectFrom('edge_events').select('seq').where('terminal_id', '=', 'term-a1').where('journal_id', '=', j).where('processed', '=', 1).orderBy('seq').execute();
+    expect(late.map((r) => Number(r.seq))).toEqual([1, 2, 3]);
+  });
+
+  it('an event whose board or lock number is not an integer is kept and acknowledged; the terminal is not held', async () => {
+    const j = journal();
+    await status(j);
+    await waitFor(async () => (await live()) === j, 'live');
+    await sendIn(j, 1);
+    const bad = [await sendIn(j, 2, 'boardOffline', { bus: 'bus0', board: 1.5 }), await sendIn(j, 3, 'doorOpened', { bus: 'bus0', board: 0, lock: 3e9 })];
+    await sendIn(j, 4, 'doorClosed', door);
+    await acked(j, 4);
+    const rows = await t.ctx.db.kysely.selectFrom('edge_events').select(['event_id', 'processed', 'attempts']).where('event_id', 'in', bad).execute();
+    expect(rows.map((r) => [Number(r.processed), Number(r.attempts)])).toEqual([
+      [1, 0],
+      [1, 0],
+    ]);
+  });
+});
+
+describeEngines('migration 413_edge_journals on a database with terminals and events', (engine) => {
+  it("orders the journals known so far: the events' by their first arrival, then the replaced, the cursor's and the live one", async () => {
+    const schema = engine === 'postgres' ? `m_${crypto.randomBytes(6).toString('hex')}` : undefined;
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-m413-'));
+    const db = await openDatabase({ url: engine === 'postgres' ? pgUrl()! : path.join(dir, 'm.db'), pgSchema: schema });
+    try {
+      const provider = (upTo: string) => ({ getMigrations: async () => Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= upTo)) });
+      const migrate = (upTo: string) => new Migrator({ db: db.kysely, provider: provider(upTo), allowUnorderedMigrations: true, ...(schema ? { migrationTableSchema: schema } : {}) }).migrateToLatest();
+      expect((await migrate('412_edge_live_journal')).error).toBeUndefined();
+      const ev = (terminal: string, journal: string | null, seq: number, receivedAt: string) => ({ event_id: crypto.randomUUID(), terminal_id: terminal, journal_id: journal, seq, type: 'doorOpened', at: receivedAt, received_at: receivedAt, payload: '{}', processed: 1 as const, outcome: 'stored', attempts: 0 });
+      // term-1: journals b (first event at 10:00), a (at 11:00; a late event of b at 12:00); live c (no event), replaced d, cursor a
+      await db.kysely.insertInto('edge_events').values([ev('term-1', 'a', 1, '2026-01-01T11:00:00.000Z'), ev('term-1', 'b', 1, '2026-01-01T10:00:00.000Z'), ev('term-1', 'b', 2, '2026-01-01T12:00:00.000Z'), ev('term-1', null, 1, '2026-01-01T09:00:00.000Z'), ev('term-2', 'x', 1, '2026-01-01T10:30:00.000Z')]).execute();
+      const term = (id: string, cursor: string | null, live: string | null, previous: string | null) => ({ terminal_id: id, epoch: 'e', codes_version: 0, online: 0 as const, status_at: null, last_status: null, last_seq: 0, updated_at: '2026-01-01T12:00:00.000Z', journal_id: cursor, live_journal_id: live, previous_live_journal_id: previous });
+      await db.kysely.insertInto('edge_terminals').values([term('term-1', 'a', 'c', 'd'), term('term-2', 'x', null, null)]).execute();
+      expect((await migrate('999')).error).toBeUndefined();
+      const rows = await db.kysely.selectFrom('edge_journals').select(['terminal_id', 'journal_id', 'generation']).orderBy('generation').execute();
+      const order = (terminal: string) => rows.filter((r) => r.terminal_id === terminal).map((r) => r.journal_id);
+      expect(order('term-1')).toEqual(['b', 'a', 'd', 'c']);
+      expect(order('term-2')).toEqual(['x']);
+    } finally {
+      await db.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+      if (schema) {
+        const c = new pg.Client({ connectionString: pgUrl()! });
+        await c.connect();
+        await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await c.end();
+      }
+    }
+  });
+});
