@@ -219,7 +219,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     this.attempting = false;
     this.attemptError = null;
     this.refusals = 0;
-    this.downSince = null;
+    // (down until its subscriptions are granted: onConnect)
     this.nextRetryAt = null;
     this.connectedAt = now;
     this.lastConnectedAt = now;
@@ -231,7 +231,8 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     const now = this.now();
     if (this.wasConnected) {
       this.wasConnected = false;
-      this.downSince = now;
+      // (still down since earlier when this connection never got its subscriptions)
+      this.downSince ??= now;
       const upMs = now.getTime() - (this.connectedAt ?? now).getTime();
       // a connection that stayed up resets the back-off; one dropped right away does not
       if (upMs >= this.reconnectMaxMs) this.failures = 0;
@@ -278,6 +279,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     this.lastError = null;
     this.wasConnected = true;
     this.log.info({ url: this.safeUrl }, 'connected to broker');
+    let refused: string[];
     try {
       const granted = await client.subscribeAsync(
         {
@@ -287,11 +289,26 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
           [edgeTopics.down(this.opts.terminalId, 'lockers')]: { qos: 1 },
         },
       );
-      const refused = granted.filter((g) => g.qos === 128);
-      if (refused.length) this.log.error({ topics: refused.map((g) => g.topic) }, 'subscription refused by the broker');
+      refused = granted.filter((g) => g.qos === 128).map((g) => g.topic);
+    } catch (err) {
+      refused = [`(${(err as Error).message})`];
+    }
+    if (refused.length) {
+      // Without its subscriptions the connection is no link: no acknowledgement comes (the
+      // journal stops 32 events on and sends those again for ever on a healthy connection), no
+      // code, no command. It is dropped and tried again with back-off, as a refused connection,
+      // and the link counts as down from the first such connection (mqtt.unhealthyAfterMinutes).
+      this.lastError = `the broker refused the subscriptions ${refused.join(', ')}`;
+      this.log.error({ topics: refused, errorCode: 'SUBSCRIBE_REFUSED' }, 'subscriptions refused by the broker: reconnecting');
+      client.stream?.destroy();
+      return;
+    }
+    this.downSince = null;
+    this.emitLinkState();
+    try {
       await this.publishStatus();
     } catch (err) {
-      this.log.warn({ err: (err as Error).message }, 'subscribe / status after connect failed');
+      this.log.warn({ err: (err as Error).message }, 'status after connect failed');
     }
     // what was published on the last connection and not acknowledged goes again, in order
     this.cursor = 0;

@@ -116,3 +116,44 @@ describe('EdgeLink: an acknowledgement past what was published', () => {
     await waitFor(() => store.unsentCount() === 0, 'all marked sent', 5000);
   });
 });
+
+describe('EdgeLink: subscriptions the broker refuses', () => {
+  const cleanups: (() => Promise<void> | void)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  it('a connection without them is dropped and tried again (before, no acknowledgement ever came and the journal stopped on a healthy connection)', async () => {
+    let refuseAcks = 1;
+    let connections = 0;
+    const aedes = await Aedes.createBroker({
+      authorizeSubscribe: (_client, sub, cb) => {
+        // an ACL mistake on an external broker, once: the acknowledgements' topic refused (SUBACK 0x80)
+        if (sub.topic.endsWith('/down/eventAcks') && refuseAcks > 0) {
+          refuseAcks--;
+          return cb(null, null);
+        }
+        cb(null, sub);
+      },
+    });
+    aedes.on('client', () => connections++);
+    // plays the central service: every event acknowledged as it comes
+    aedes.on('publish', (packet) => {
+      if (!packet.topic.endsWith('/up/events')) return;
+      const e = JSON.parse(packet.payload.toString()) as { seq: number; journalId: string };
+      aedes.publish({ cmd: 'publish', topic: edgeTopics.down(TERMINAL, 'eventAcks'), payload: Buffer.from(JSON.stringify({ v: 1, journalId: e.journalId, upTo: e.seq, at: new Date().toISOString() })), qos: 1, retain: false, dup: false }, () => undefined);
+    });
+    const server = net.createServer((s) => aedes.handle(s as never));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(async () => {
+      await new Promise<void>((r) => aedes.close(() => r()));
+      await new Promise<void>((r) => server.close(() => r()));
+    });
+    const { link, store, dispose } = bareLink(`mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`, TERMINAL);
+    cleanups.push(dispose);
+    for (let i = 1; i <= 3; i++) store.append('doorOpened', { bus: 'bus0', board: 0, lock: i, commanded: true }, new Date());
+    await link.start();
+    await waitFor(() => store.unsentCount() === 0, 'every event acknowledged on the second connection', 15_000);
+    expect(connections).toBe(2);
+  });
+});
