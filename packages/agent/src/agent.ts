@@ -70,6 +70,8 @@ export class Agent implements TechnicianHost {
   private sessions: Sessions = {};
   /** sessions restored from the journal at start, not yet compared with their board's first poll */
   private restored = new Set<string>();
+  /** locks of unlocks begun before the restart (restorePendingUnlocks), not yet compared with their board's first poll */
+  private unlockedBeforeStart = new Set<string>();
   /** boards compared with the journal since start (`bus/board`) */
   private reconciled = new Set<string>();
   /** the last journalled physical state of each lock (mirror of the store's lock_state) */
@@ -108,6 +110,7 @@ export class Agent implements TechnicianHost {
     this.store = new AgentStore(cfg.store.path);
     this.store.open();
     this.restoreSessions();
+    this.restorePendingUnlocks();
     this.running = true;
     this.stopping = false;
     this.journalFault = null;
@@ -273,9 +276,9 @@ export class Agent implements TechnicianHost {
    * states move on only when the write succeeded: what is not journalled did not happen as far as
    * a restart is concerned, and the restart's comparison with the doors finds it again.
    */
-  private journal(entries: JournalEntry[], next?: { sessions?: Sessions; locks?: LockStateRow[] }): boolean {
+  private journal(entries: JournalEntry[], next?: { sessions?: Sessions; locks?: LockStateRow[]; clearPending?: number[] }): boolean {
     try {
-      const rows = this.store.appendAll(entries, { locks: next?.locks, sessions: next?.sessions as Record<string, unknown> | undefined });
+      const rows = this.store.appendAll(entries, { locks: next?.locks, sessions: next?.sessions as Record<string, unknown> | undefined, clearPending: next?.clearPending });
       this.journalFault = null;
       if (next?.sessions) this.sessions = next.sessions;
       for (const l of next?.locks ?? []) this.lockStates.set(lockKey(l), l);
@@ -328,6 +331,31 @@ export class Agent implements TechnicianHost {
   }
 
   /**
+   * Unlocks a process began (a central command, a technician's open: no session covers them) and
+   * died before journalling: the frame may have reached the board, so each is journalled now as
+   * sent, `uncertain`, at the time it was begun, before anything the first polls find, and a door
+   * of theirs found open is the unlock's (`commanded`), not a door that opened by itself. Without
+   * this the unlock was lost from the journal and its opening looked uncommanded.
+   */
+  private clearPendingUnlock(id: number): void {
+    try {
+      this.store.clearUnlockPending(id);
+    } catch (err) {
+      // left: a restart journals it as an unlock that may have pulsed (uncertain), which is all that is known then
+      this.log.error({ err: (err as Error).message, errorCode: 'JOURNAL_UNAVAILABLE' }, 'an unlock that was not sent could not be cleared from the store');
+    }
+  }
+
+  private restorePendingUnlocks(): void {
+    const pending = this.store.pendingUnlocks();
+    if (!pending.length) return;
+    const entries: JournalEntry[] = pending.map((p) => ({ type: 'unlockSent', fields: { bus: p.bus, board: p.board, lock: p.lock, ...p.fields, uncertain: true, unwatched: true }, at: new Date(p.at) }));
+    if (!this.journal(entries, { clearPending: pending.map((p) => p.id) })) return;
+    for (const p of pending) this.unlockedBeforeStart.add(lockKey(p));
+    this.log.warn({ unlocks: pending.map((p) => ({ bus: p.bus, board: p.board, lock: p.lock, cause: p.fields.cause })) }, 'unlocks begun before the restart may have pulsed: journalled as sent, uncertain');
+  }
+
+  /**
    * A board's first good poll since start, compared with the last journalled state of its locks:
    * what the doors did while nobody watched (the agent dead, a power cut) is journalled now, with
    * `unwatched: true` and the time it was last known (`unwatchedSince`), and the restored sessions
@@ -351,6 +379,7 @@ export class Agent implements TechnicianHost {
       const k = lockKey(ref);
       const prev = this.lockStates.get(k) ?? null;
       const restored = this.restored.delete(k) ? (this.sessions[k] ?? null) : null;
+      const unlockedBeforeStart = this.unlockedBeforeStart.delete(k);
       const now: LockStateRow = { ...ref, door: v.door, item: v.item, at: atIso };
       const base = { ...ref, lockerUid: this.store.lockerAt(bus, board, v.lock), unwatched: true, unwatchedSince: prev?.at ?? null };
       const entries: JournalEntry[] = [];
@@ -368,7 +397,7 @@ export class Agent implements TechnicianHost {
           if (!v.item) step({ kind: 'itemRemoved', at: ref });
         }
         if (prev.door === 'closed' && v.door === 'open') {
-          entries.push({ type: 'doorOpened', fields: { ...base, commanded: !!sessions[k], item: v.item, sessionId: sid() }, at });
+          entries.push({ type: 'doorOpened', fields: { ...base, commanded: !!sessions[k] || unlockedBeforeStart, item: v.item, sessionId: sid() }, at });
           step({ kind: 'doorOpened', at: ref });
         } else if (prev.door === 'open' && v.door === 'closed') {
           entries.push({ type: 'doorClosed', fields: { ...base, item: v.item, sessionId: sid() }, at });
@@ -719,9 +748,12 @@ export class Agent implements TechnicianHost {
     if (Date.parse(cmd.expiresAt) < this.now().getTime()) {
       ack = { v: 1, commandId: cmd.commandId, ok: false, error: 'EXPIRED', message: `the command expired at ${cmd.expiresAt}`, at: this.now().toISOString() };
     } else {
+      const fields = { lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid };
+      const pending = this.store.markUnlockPending(ref, fields, this.now());
       const r = await this.unlock(ref);
+      if (!r.ok) this.clearPendingUnlock(pending); // nothing was written to the board
       if (r.ok) {
-        this.record('unlockSent', { ...ref, lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain });
+        this.journal([{ type: 'unlockSent', fields: { ...ref, ...fields, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain }, at: this.now() }], { clearPending: [pending] });
         // the write broke off: journalled as sent (a door it opened is not forced), answered as
         // not known, so the caller is not told the lock opened
         ack = r.uncertain
@@ -761,16 +793,20 @@ export class Agent implements TechnicianHost {
   /** The diagnostics page's "open lock" (password checked by the page). */
   async technicianOpen(at: LockRef): Promise<TechnicianOpenOutcome> {
     // As for codes: no door opens whose opening cannot be journalled. The opening is journalled
-    // as unlockSent once the board answered, so the store is proven writable first.
+    // as unlockSent once the board answered; the store is proven writable first by the pending
+    // unlock, which a restart journals should the process die before that (restorePendingUnlocks).
+    const fields = { lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician' };
+    let pending: number;
     try {
-      this.store.setMeta('technician.lastOpenAt', this.now().toISOString());
+      pending = this.store.markUnlockPending(at, fields, this.now());
     } catch (err) {
       this.journalFault = (err as Error).message;
       this.log.error({ ...at, err: (err as Error).message, errorCode: 'JOURNAL_UNAVAILABLE' }, 'technician open refused: the journal cannot be written; lock not pulsed');
       return { ok: false, error: 'JOURNAL_UNAVAILABLE', message: 'the terminal cannot write its journal: the opening would not be reported, so the lock is not pulsed' };
     }
     const r = await this.unlock(at);
-    if (r.ok) this.record('unlockSent', { ...at, lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician', alreadyOpen: r.alreadyOpen, uncertain: r.uncertain });
+    if (r.ok) this.journal([{ type: 'unlockSent', fields: { ...at, ...fields, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain }, at: this.now() }], { clearPending: [pending] });
+    else this.clearPendingUnlock(pending); // nothing was written to the board
     this.log.info({ ...at, ok: r.ok, error: r.ok ? undefined : r.error }, 'technician open');
     return r;
   }

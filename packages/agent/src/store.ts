@@ -89,7 +89,20 @@ CREATE TABLE IF NOT EXISTS lockers (
   uid TEXT PRIMARY KEY, name TEXT NOT NULL, size TEXT NOT NULL, service_state TEXT NOT NULL, shipment_state TEXT,
   bus TEXT NOT NULL, board INTEGER NOT NULL, lock INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS lockers_position ON lockers(bus, board, lock);
+CREATE TABLE IF NOT EXISTS pending_unlocks (
+  id INTEGER PRIMARY KEY, bus TEXT NOT NULL, board INTEGER NOT NULL, lock INTEGER NOT NULL, fields TEXT NOT NULL, at TEXT NOT NULL);
 `;
+
+/** An unlock about to be written to a board whose `unlockSent` is not journalled yet (markUnlockPending). */
+export interface PendingUnlock {
+  id: number;
+  bus: string;
+  board: number;
+  lock: number;
+  /** the unlockSent fields it will have (cause, commandId, lockerUid, ...) */
+  fields: Record<string, unknown>;
+  at: string;
+}
 
 export class AgentStore {
   private db: Database.Database | null = null;
@@ -257,7 +270,7 @@ export class AgentStore {
    * in ONE transaction: after a power cut either all of it is there or none (a door's close is
    * never journalled without the drop-off it makes, nor the other way round).
    */
-  appendAll(entries: JournalEntry[], extra: { locks?: LockStateRow[]; sessions?: Record<string, unknown> } = {}): JournalRow[] {
+  appendAll(entries: JournalEntry[], extra: { locks?: LockStateRow[]; sessions?: Record<string, unknown>; clearPending?: number[] } = {}): JournalRow[] {
     return this.d.transaction(() => {
       const ins = this.d.prepare('INSERT INTO journal (event_id, type, at, fields) VALUES (?, ?, ?, ?)');
       const rows: JournalRow[] = [];
@@ -278,8 +291,27 @@ export class AgentStore {
         const seq = rows.length ? rows[rows.length - 1]!.seq : this.lastSeq();
         this.setMeta('sessions', JSON.stringify({ seq, sessions: extra.sessions } satisfies SessionCheckpoint));
       }
+      for (const id of extra.clearPending ?? []) this.d.prepare('DELETE FROM pending_unlocks WHERE id = ?').run(id);
       return rows;
     })();
+  }
+
+  /**
+   * Written before an unlock that no session covers (a central command, a technician's open) goes
+   * to the board, and cleared in the transaction that journals its unlockSent (appendAll
+   * clearPending) or once it is known nothing was sent: one still here at start was begun by a
+   * process that died before it could journal it, and the lock may have pulsed.
+   */
+  markUnlockPending(ref: { bus: string; board: number; lock: number }, fields: Record<string, unknown>, at: Date): number {
+    return Number(this.d.prepare('INSERT INTO pending_unlocks (bus, board, lock, fields, at) VALUES (?, ?, ?, ?, ?)').run(ref.bus, ref.board, ref.lock, JSON.stringify(fields), at.toISOString()).lastInsertRowid);
+  }
+
+  clearUnlockPending(id: number): void {
+    this.d.prepare('DELETE FROM pending_unlocks WHERE id = ?').run(id);
+  }
+
+  pendingUnlocks(): PendingUnlock[] {
+    return (this.d.prepare('SELECT * FROM pending_unlocks ORDER BY id').all() as { id: number; bus: string; board: number; lock: number; fields: string; at: string }[]).map((r) => ({ ...r, fields: JSON.parse(r.fields) as Record<string, unknown> }));
   }
 
   /** The open sessions as last checkpointed (null: none was ever written). */

@@ -244,7 +244,7 @@ describe('agent + simulator + embedded broker', () => {
         begin.mockRestore();
       }
       // the technician's open on the diagnostics page: refused too, nothing pulsed
-      const meta = vi.spyOn(w.agent.store, 'setMeta').mockImplementation(() => {
+      const meta = vi.spyOn(w.agent.store, 'markUnlockPending').mockImplementation(() => {
         throw new Error('SQLITE_READONLY: attempt to write a readonly database');
       });
       try {
