@@ -12,6 +12,9 @@ import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, doorShipment } from './shipments-helpers';
+import { centralMetrics } from '../src/ops/metrics';
+
+const irregular = async (kind: string) => (await centralMetrics.edgeIrregular.get()).values.find((v) => v.labels.kind === kind)?.value ?? 0;
 
 describeEngines('edge events: the live journal the status names', (engine) => {
   let t: TestService;
@@ -133,9 +136,12 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     await stored(held);
     await settled();
     expect((await eventRow(held)).processed).toBe(0); // held behind the gap
+    const skipped0 = await irregular('gap_skipped');
     const fresh = `journal-${crypto.randomUUID()}`;
     await status(fresh);
     await waitFor(async () => (await cursor()).journal_id === fresh, 'the cursor moved to the named journal');
+    // the seq missing below the held one is given up on (counted, logged EVENT_GAP_SKIPPED), not left unflagged
+    await waitFor(async () => (await irregular('gap_skipped')) === skipped0 + 1, 'the missing seq counted as given up');
     await waitFor(async () => (await state(s.uid)) === 'ReadyForPickup', "the old journal's held drop-off applied late");
     expect(await eventRow(held)).toEqual({ processed: 1, outcome: 'DropOff:applied:ReadyForPickup' });
     expect(await unprocessed()).toBe(0);

@@ -713,9 +713,34 @@ export class EventIngest {
      * again (applyLate). Also when a late event is held by a transient failure: the live journal is
      * not left unacknowledged meanwhile.
      */
+    /**
+     * The cursor leaves journal `j` (a new store) with events of it held behind a gap: the seqs
+     * missing below them are given up on now, as a gap is after edge.gapGiveUpSeconds (logged
+     * EVENT_GAP_SKIPPED and counted: the old store will not send them again), and the held ones
+     * are applied (late, or before the new journal's seq 1). Before, the missing ones went unflagged.
+     */
+    const skippedOnLeaving = (j: string): (() => void) => {
+      const held = pending.filter((r) => r.journal_id === j && r.seq > applied && !done.has(r.event_id)).map((r) => r.seq);
+      if (!held.length) return () => {};
+      const seqs = [...new Set(held)].sort((a, b) => a - b);
+      const missing: [number, number][] = [];
+      let from = applied + 1;
+      for (const q of seqs) {
+        if (q > from) missing.push([from, q - 1]);
+        from = q + 1;
+      }
+      if (!missing.length) return () => {};
+      const count = missing.reduce((n, [a, b]) => n + b - a + 1, 0);
+      return () =>
+        after.logs.push(() => {
+          centralMetrics.edgeIrregular.inc({ kind: 'gap_skipped' }, count);
+          this.log.error({ terminal: terminalId, journal: j, missing, errorCode: 'EVENT_GAP_SKIPPED' }, 'the terminal left a journal with a gap (a new store): the missing events are given up on; the held ones are applied');
+        });
+    };
     const moveToLive = (): boolean => {
       if (journal === null || live === null || live === journal) return false;
       const j = journal;
+      skippedOnLeaving(j)();
       after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: live }, "the terminal's status names another journal (a new store): the cursor moves to it"));
       journal = live;
       applied = 0;
@@ -735,9 +760,11 @@ export class EventIngest {
           continue;
         }
         if (stray) {
+          const skipped = skippedOnLeaving(journal);
           let ok = true;
           for (const h of pending) if (h.journal_id === journal && !done.has(h.event_id) && !(ok = await apply(h))) break;
           if (!ok) break;
+          skipped();
           const j = journal;
           after.logs.push(() => this.log.warn({ terminal: terminalId, from: j, to: stray.journal_id }, 'the terminal started a new journal (a new store): its seq counts from 1 again'));
           journal = stray.journal_id;
