@@ -15,6 +15,7 @@ import {
   type EdgeEventType,
   type LockRef,
   type StatusOnline,
+  type UnlockCommandMessage,
 } from '@locker/common';
 import { LockBusError, LockBusManager, ScannerReader, type Credential, type LockBusOptions, type LockView } from '@locker/lockbus';
 import type { AgentConfig } from './config';
@@ -109,11 +110,11 @@ export class Agent implements TechnicianHost {
     this.startedAt = this.now();
     this.store = new AgentStore(cfg.store.path);
     this.store.open();
+    this.journalFault = null;
     this.restoreSessions();
     this.restorePendingUnlocks();
     this.running = true;
     this.stopping = false;
-    this.journalFault = null;
 
     const busOptions: LockBusOptions[] = cfg.buses.map((b) => ({
       name: b.name,
@@ -657,6 +658,13 @@ export class Agent implements TechnicianHost {
       // again. Thrown out of the MQTT client's message handler it ended the process, and every
       // restart met the same push: nobody watched the doors meanwhile.
       this.log.error({ err: (err as Error).message, errorCode: 'CODES_NOT_STORED' }, 'code update not stored; the codes held are kept');
+      // asked for again (at most every mqtt.syncRetrySeconds), not only at the next periodic
+      // status: a delta that failed may carry revocations
+      try {
+        this.requestSnapshot('gap');
+      } catch {
+        /* the store cannot even be read: the next status asks */
+      }
     }
   }
 
@@ -743,29 +751,37 @@ export class Agent implements TechnicianHost {
       await this.sendAck(ack);
       return;
     }
-    let ack: AckMessage;
     const ref: LockRef = { bus: cmd.bus, board: cmd.board, lock: cmd.lock };
-    if (Date.parse(cmd.expiresAt) < this.now().getTime()) {
-      ack = { v: 1, commandId: cmd.commandId, ok: false, error: 'EXPIRED', message: `the command expired at ${cmd.expiresAt}`, at: this.now().toISOString() };
-    } else {
-      const fields = { lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid };
-      const pending = this.store.markUnlockPending(ref, fields, this.now());
-      const r = await this.unlock(ref);
-      if (!r.ok) this.clearPendingUnlock(pending); // nothing was written to the board
-      if (r.ok) {
-        this.journal([{ type: 'unlockSent', fields: { ...ref, ...fields, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain }, at: this.now() }], { clearPending: [pending] });
-        // the write broke off: journalled as sent (a door it opened is not forced), answered as
-        // not known, so the caller is not told the lock opened
-        ack = r.uncertain
-          ? { v: 1, commandId: cmd.commandId, ok: false, error: 'OUTCOME_UNKNOWN', message: 'the write to the board broke off: the lock may or may not have pulsed (the door events tell)', at: this.now().toISOString() }
-          : { v: 1, commandId: cmd.commandId, ok: true, at: this.now().toISOString() };
-      } else {
-        ack = { v: 1, commandId: cmd.commandId, ok: false, error: r.error, message: r.message, at: this.now().toISOString() };
-      }
-    }
+    const ack = Date.parse(cmd.expiresAt) < this.now().getTime() ? ({ v: 1, commandId: cmd.commandId, ok: false, error: 'EXPIRED', message: `the command expired at ${cmd.expiresAt}`, at: this.now().toISOString() } satisfies AckMessage) : await this.executeUnlock(cmd, ref);
     this.store.finishCommand(cmd.commandId, ack);
     this.log.info({ commandId: cmd.commandId, ok: ack.ok, error: ack.ok ? undefined : ack.error }, 'unlock command handled');
     await this.sendAck(ack);
+  }
+
+  /** A command's unlock: pending in the store first (restorePendingUnlocks), pulsed, journalled. */
+  private async executeUnlock(cmd: UnlockCommandMessage, ref: LockRef): Promise<AckMessage> {
+    const at = () => this.now().toISOString();
+    const fields = { lockerUid: cmd.lockerUid, cause: 'command', commandId: cmd.commandId, shipmentUid: cmd.shipmentUid };
+    let pending: number;
+    try {
+      pending = this.store.markUnlockPending(ref, fields, this.now());
+    } catch (err) {
+      // as for codes: no lock pulsed whose unlock could not be journalled
+      this.journalFault = (err as Error).message;
+      this.log.error({ commandId: cmd.commandId, err: (err as Error).message, errorCode: 'JOURNAL_UNAVAILABLE' }, 'unlock command refused: the journal cannot be written; lock not pulsed');
+      return { v: 1, commandId: cmd.commandId, ok: false, error: 'BUS_UNAVAILABLE', message: 'the terminal cannot write its journal: the lock is not pulsed', at: at() };
+    }
+    const r = await this.unlock(ref);
+    if (!r.ok) {
+      this.clearPendingUnlock(pending); // nothing was written to the board
+      return { v: 1, commandId: cmd.commandId, ok: false, error: r.error, message: r.message, at: at() };
+    }
+    this.journal([{ type: 'unlockSent', fields: { ...ref, ...fields, alreadyOpen: r.alreadyOpen, uncertain: r.uncertain }, at: this.now() }], { clearPending: [pending] });
+    // the write broke off: journalled as sent (a door it opened is not forced), answered as not
+    // known, so the caller is not told the lock opened
+    return r.uncertain
+      ? { v: 1, commandId: cmd.commandId, ok: false, error: 'OUTCOME_UNKNOWN', message: 'the write to the board broke off: the lock may or may not have pulsed (the door events tell)', at: at() }
+      : { v: 1, commandId: cmd.commandId, ok: true, at: at() };
   }
 
   private async sendAck(ack: AckMessage): Promise<void> {
@@ -795,9 +811,10 @@ export class Agent implements TechnicianHost {
     // As for codes: no door opens whose opening cannot be journalled. The opening is journalled
     // as unlockSent once the board answered; the store is proven writable first by the pending
     // unlock, which a restart journals should the process die before that (restorePendingUnlocks).
-    const fields = { lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician' };
+    let fields: Record<string, unknown>;
     let pending: number;
     try {
+      fields = { lockerUid: this.store.lockerAt(at.bus, at.board, at.lock), cause: 'technician' };
       pending = this.store.markUnlockPending(at, fields, this.now());
     } catch (err) {
       this.journalFault = (err as Error).message;

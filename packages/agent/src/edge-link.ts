@@ -280,6 +280,7 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
     this.wasConnected = true;
     this.log.info({ url: this.safeUrl }, 'connected to broker');
     let refused: string[];
+    let failed: string | null = null;
     try {
       const granted = await client.subscribeAsync(
         {
@@ -291,15 +292,22 @@ export class EdgeLink extends EventEmitter<EdgeLinkEvents> {
       );
       refused = granted.filter((g) => g.qos === 128).map((g) => g.topic);
     } catch (err) {
-      refused = [`(${(err as Error).message})`];
+      // no SUBACK (the connection dropped meanwhile): the same, without blaming the broker's rules
+      failed = (err as Error).message;
+      refused = [];
     }
-    if (refused.length) {
+    if (refused.length || failed !== null) {
       // Without its subscriptions the connection is no link: no acknowledgement comes (the
       // journal stops 32 events on and sends those again for ever on a healthy connection), no
       // code, no command. It is dropped and tried again with back-off, as a refused connection,
       // and the link counts as down from the first such connection (mqtt.unhealthyAfterMinutes).
-      this.lastError = `the broker refused the subscriptions ${refused.join(', ')}`;
-      this.log.error({ topics: refused, errorCode: 'SUBSCRIBE_REFUSED' }, 'subscriptions refused by the broker: reconnecting');
+      if (failed !== null) {
+        this.lastError = `subscribing failed: ${failed}`;
+        this.log.warn({ err: failed }, 'subscribing failed: reconnecting');
+      } else {
+        this.lastError = `the broker refused the subscriptions ${refused.join(', ')}`;
+        this.log.error({ topics: refused, errorCode: 'SUBSCRIBE_REFUSED' }, 'subscriptions refused by the broker: reconnecting');
+      }
       client.stream?.destroy();
       return;
     }

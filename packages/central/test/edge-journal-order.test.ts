@@ -112,8 +112,11 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     for (let seq = 1; seq <= 5; seq++) await sendIn(null, seq);
     await waitFor(async () => Number((await row())?.applied_seq) === 5, 'the legacy events applied');
     const j = journal();
-    await sendIn(j, 1);
+    // its seq 2 stored first (two instances behind a shared subscription store in any order; a store retried)
     await sendIn(j, 2);
+    await waitFor(async () => (await row())?.journal_id === j, 'the journal taken by the cursor');
+    expect(Number((await row())?.applied_seq)).toBe(0);
+    await sendIn(j, 1);
     await acked(j, 2);
     await settled();
     expect(acks().filter((a) => a.journalId === j).map((a) => a.upTo)).not.toContain(5);
@@ -125,7 +128,12 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     expect(late.map((r) => Number(r.seq))).toEqual([1, 2, 3]);
   });
 
-  it('an event whose board or lock number is not an integer is kept and acknowledged; the terminal is not held', async () => {
+  const outcomes = async (ids: string[]) => {
+    const rows = await t.ctx.db.kysely.selectFrom('edge_events').select(['event_id', 'processed', 'attempts', 'outcome']).where('event_id', 'in', ids).execute();
+    return ids.map((id) => rows.find((r) => r.event_id === id)).map((r) => [Number(r?.processed), Number(r?.attempts), r?.outcome]);
+  };
+
+  it('an event whose board or lock number is not an integer matches no locker: stored and acknowledged; the terminal is not held', async () => {
     const j = journal();
     await status(j);
     await waitFor(async () => (await live()) === j, 'live');
@@ -133,16 +141,27 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     const bad = [await sendIn(j, 2, 'boardOffline', { bus: 'bus0', board: 1.5 }), await sendIn(j, 3, 'doorOpened', { bus: 'bus0', board: 0, lock: 3e9 })];
     await sendIn(j, 4, 'doorClosed', door);
     await acked(j, 4);
-    const rows = await t.ctx.db.kysely.selectFrom('edge_events').select(['event_id', 'processed', 'attempts']).where('event_id', 'in', bad).execute();
-    expect(rows.map((r) => [Number(r.processed), Number(r.attempts)])).toEqual([
-      [1, 0],
-      [1, 0],
+    // (PostgreSQL refused the integer comparison: the event failed on every retry and held seq 4 for good)
+    expect(await outcomes(bad)).toEqual([
+      [1, 0, 'stored'],
+      [1, 0, 'stored'],
     ]);
+  });
+
+  it('an observed event with a value PostgreSQL cannot take (a bus name with U+0000) is refused as malformed and acknowledged, not retried for ever', async () => {
+    const j = journal();
+    await status(j);
+    await waitFor(async () => (await live()) === j, 'live');
+    const bad = await sendIn(j, 1, 'boardOffline', { bus: 'bus\u0000x', board: 0 });
+    await sendIn(j, 2, 'doorClosed', door);
+    await acked(j, 2);
+    // SQLite takes the text (no locker of that bus); PostgreSQL's text cannot hold U+0000 (22021)
+    expect(await outcomes([bad])).toEqual([[1, 0, engine === 'postgres' ? 'rejected:MalformedEvent' : 'stored']]);
   });
 });
 
 describeEngines('migration 413_edge_journals on a database with terminals and events', (engine) => {
-  it("orders the journals known so far: the events' by their first arrival, then the replaced, the cursor's and the live one", async () => {
+  it("orders the journals known so far: the events' by their first arrival, the replaced one and the cursor's before the live one", async () => {
     const schema = engine === 'postgres' ? `m_${crypto.randomBytes(6).toString('hex')}` : undefined;
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-m413-'));
     const db = await openDatabase({ url: engine === 'postgres' ? pgUrl()! : path.join(dir, 'm.db'), pgSchema: schema });
@@ -152,14 +171,31 @@ describeEngines('migration 413_edge_journals on a database with terminals and ev
       expect((await migrate('412_edge_live_journal')).error).toBeUndefined();
       const ev = (terminal: string, journal: string | null, seq: number, receivedAt: string) => ({ event_id: crypto.randomUUID(), terminal_id: terminal, journal_id: journal, seq, type: 'doorOpened', at: receivedAt, received_at: receivedAt, payload: '{}', processed: 1 as const, outcome: 'stored', attempts: 0 });
       // term-1: journals b (first event at 10:00), a (at 11:00; a late event of b at 12:00); live c (no event), replaced d, cursor a
-      await db.kysely.insertInto('edge_events').values([ev('term-1', 'a', 1, '2026-01-01T11:00:00.000Z'), ev('term-1', 'b', 1, '2026-01-01T10:00:00.000Z'), ev('term-1', 'b', 2, '2026-01-01T12:00:00.000Z'), ev('term-1', null, 1, '2026-01-01T09:00:00.000Z'), ev('term-2', 'x', 1, '2026-01-01T10:30:00.000Z')]).execute();
+      // term-3: live and cursor c3 with events, the store it replaced (d3) sent a status and no event;
+      // term-4: the replaced x4 and the live y4 with events, and a newer store z4 whose events came before its status
+      await db.kysely
+        .insertInto('edge_events')
+        .values([
+          ev('term-1', 'a', 1, '2026-01-01T11:00:00.000Z'),
+          ev('term-1', 'b', 1, '2026-01-01T10:00:00.000Z'),
+          ev('term-1', 'b', 2, '2026-01-01T12:00:00.000Z'),
+          ev('term-1', null, 1, '2026-01-01T09:00:00.000Z'),
+          ev('term-2', 'x', 1, '2026-01-01T10:30:00.000Z'),
+          ev('term-3', 'c3', 1, '2026-01-01T10:00:00.000Z'),
+          ev('term-4', 'x4', 1, '2026-01-01T10:00:00.000Z'),
+          ev('term-4', 'y4', 1, '2026-01-01T11:00:00.000Z'),
+          ev('term-4', 'z4', 1, '2026-01-01T12:00:00.000Z'),
+        ])
+        .execute();
       const term = (id: string, cursor: string | null, live: string | null, previous: string | null) => ({ terminal_id: id, epoch: 'e', codes_version: 0, online: 0 as const, status_at: null, last_status: null, last_seq: 0, updated_at: '2026-01-01T12:00:00.000Z', journal_id: cursor, live_journal_id: live, previous_live_journal_id: previous });
-      await db.kysely.insertInto('edge_terminals').values([term('term-1', 'a', 'c', 'd'), term('term-2', 'x', null, null)]).execute();
+      await db.kysely.insertInto('edge_terminals').values([term('term-1', 'a', 'c', 'd'), term('term-2', 'x', null, null), term('term-3', 'c3', 'c3', 'd3'), term('term-4', 'y4', 'y4', 'x4')]).execute();
       expect((await migrate('999')).error).toBeUndefined();
       const rows = await db.kysely.selectFrom('edge_journals').select(['terminal_id', 'journal_id', 'generation']).orderBy('generation').execute();
       const order = (terminal: string) => rows.filter((r) => r.terminal_id === terminal).map((r) => r.journal_id);
       expect(order('term-1')).toEqual(['b', 'a', 'd', 'c']);
       expect(order('term-2')).toEqual(['x']);
+      expect(order('term-3')).toEqual(['d3', 'c3']);
+      expect(order('term-4')).toEqual(['x4', 'y4', 'z4']);
     } finally {
       await db.close();
       fs.rmSync(dir, { recursive: true, force: true });

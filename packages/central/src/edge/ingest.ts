@@ -141,19 +141,20 @@ interface CursorOfRow {
   id: string;
   has_row: string | null;
   journal_id: string | null;
+  applied_seq: number | string | null;
 }
 interface StoreResult {
   fresh: Set<string>;
   unknown: Set<string>;
 }
-const STORE_CURSOR_SQLITE = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ?';
-const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ANY(?)';
+const STORE_CURSOR_SQLITE = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id, e.applied_seq FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ?';
+const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id, e.applied_seq FROM terminals t LEFT JOIN edge_terminals e ON e.terminal_id = t.id WHERE t.id = ANY(?)';
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there); its seq continues the count of applied_seq (an agent updated in place keeps its store) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
 /** records a journal of a terminal the first time it is seen (edge_journals.generation: the order of first sight; edge/sync.ts) */
 export const JOURNAL_SEEN = 'INSERT INTO edge_journals (terminal_id, journal_id, first_seen_at) VALUES (?, ?, ?) ON CONFLICT (terminal_id, journal_id) DO NOTHING';
-/** the same for a journal whose seq 1 came (a new store): it counts from 0, not on from the events of an agent older than journal ids */
+/** the same for a journal of a new store (an event of it at or below the count: its seq started at 1 again): it counts from 0, not on from the events of an agent older than journal ids */
 const PATCH_NEW_JOURNAL = 'UPDATE edge_terminals SET journal_id = ?, applied_seq = 0, gap_since = NULL WHERE terminal_id = ? AND journal_id IS NULL';
 /** the event at a seq of a terminal journal, processed already (advanceIn: one to step over?) */
 const PROCESSED_AT_JOURNAL = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id = ? AND seq = ? AND processed = 1';
@@ -453,9 +454,14 @@ export class EventIngest {
     // nothing else of it)
     const journalOf = new Map<string, string | null>();
     const noCursor: string[] = [];
+    /** the cursor's applied_seq, per terminal (a pre-journal cursor's count: PATCH_NEW_JOURNAL) */
+    const appliedOf = new Map<string, number>();
     const take = (r: CursorOfRow) => {
       if (r.has_row === null) noCursor.push(r.id);
-      else journalOf.set(r.id, r.journal_id ?? null);
+      else {
+        journalOf.set(r.id, r.journal_id ?? null);
+        appliedOf.set(r.id, Number(r.applied_seq ?? 0));
+      }
     };
     if (pg) for (const r of (await exec<CursorOfRow>(STORE_CURSORS_PG, [ids])).rows) take(r);
     else for (const id of ids) for (const r of (await exec<CursorOfRow>(STORE_CURSOR_SQLITE, [id])).rows) take(r);
@@ -495,12 +501,13 @@ export class EventIngest {
       }
     }
     // The first journal id a terminal shows names the journal whose seq applied_seq already counts
-    // (an agent updated in place keeps its store and its count), unless that journal's seq 1 is
-    // among them: a new store (a replaced terminal computer), counting from 1 again. Kept at the
-    // old count, its seq 1 and 2 were applied as late events and acknowledged up to the old count,
-    // past what the terminal had sent (events it then counted as committed). Nothing else of the
-    // row is written here: the highest seq stored (last_seq) is written by the apply, which holds
-    // the row anyway.
+    // (an agent updated in place keeps its store and its count, and sends on above it), unless an
+    // event of that journal new here is at or below the count: a new store (a replaced terminal
+    // computer), counting from 1 again, whichever of its events is stored first (two instances
+    // behind a shared subscription store them in any order). Kept at the old count, its first
+    // events were applied as late events and acknowledged up to the old count, past what the
+    // terminal had sent (events it then counted as committed). Nothing else of the row is written
+    // here: the highest seq stored (last_seq) is written by the apply, which holds the row anyway.
     const journals = new Map<string, { id: string; fromOne: boolean }>();
     // every journal seen outside the terminal's cursor journal, in the order first seen
     // (edge_journals, migration 413: a status naming one seen before the live one is stale)
@@ -511,9 +518,10 @@ export class EventIngest {
       const cursorJournal = journalOf.get(a.terminalId) ?? null;
       if (journalId !== cursorJournal) sighted.add(`${a.terminalId}\u0000${journalId}`);
       if (cursorJournal !== null) continue;
+      const anew = a.ev.seq <= (appliedOf.get(a.terminalId) ?? 0);
       const first = journals.get(a.terminalId);
-      if (!first) journals.set(a.terminalId, { id: journalId, fromOne: a.ev.seq === 1 });
-      else if (first.id === journalId && a.ev.seq === 1) first.fromOne = true;
+      if (!first) journals.set(a.terminalId, { id: journalId, fromOne: anew });
+      else if (first.id === journalId && anew) first.fromOne = true;
     }
     // in the order of terminal ids, as the apply locks them: fewer deadlocks between instances (PostgreSQL retries those)
     for (const key of [...sighted].sort()) {
@@ -728,6 +736,9 @@ export class EventIngest {
       for (const q of seqs) {
         if (q > from) missing.push([from, q - 1]);
         from = q + 1;
+        // a read that did not hold every unprocessed event (PENDING_READ): what lies past its
+        // lowest held seq is not known to be missing
+        if (full) break;
       }
       if (!missing.length) return () => {};
       const count = missing.reduce((n, [a, b]) => n + b - a + 1, 0);
@@ -1036,11 +1047,13 @@ export class EventIngest {
         after.applied++;
         return true;
       }
-      if (isPgDataError(err)) {
-        // a value the event carries that PostgreSQL cannot take (SQLSTATE class 22: a number out of
-        // range, text where a number belongs): it fails the same way on every retry, so it is
+      if (isPgDataError(err) && row.type !== 'dropOff' && row.type !== 'pickUp') {
+        // a value an observed event carries that PostgreSQL cannot take (SQLSTATE class 22: a
+        // number out of range, text with U+0000): it fails the same way on every retry, so it is
         // refused and acknowledged like a malformed event, not retried for ever (which held the
-        // terminal's later events for good)
+        // terminal's later events for good). Not a door event: its fields are checked by their
+        // schema (AccessDoneFields) before any statement, so a data exception there is the
+        // service's own and the event waits (attempts counted, LockerEdgeEventsStuck) for the fix
         const msg = (err as Error).message;
         after.logs.push(() => this.log.error({ terminal: terminalId, seq: row.seq, type: row.type, err: msg, errorCode: 'EVENT_MALFORMED' }, 'event refused: a value in it does not fit the store'));
         await finish('rejected:MalformedEvent');
