@@ -11,6 +11,17 @@ import { bareLink } from './support/link';
 
 const TERMINAL = 'term-resend';
 
+/** The broker on a free port of its own; closed with the test's cleanups. Its mqtt:// URL. */
+async function serve(aedes: Aedes, cleanups: (() => Promise<void> | void)[]): Promise<string> {
+  const server = net.createServer((s) => aedes.handle(s as never));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(async () => {
+    await new Promise<void>((r) => aedes.close(() => r()));
+    await new Promise<void>((r) => server.close(() => r()));
+  });
+  return `mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+}
+
 async function waitFor<T>(fn: () => T | undefined | false, what: string, ms: number): Promise<T> {
   const start = Date.now();
   for (;;) {
@@ -46,14 +57,9 @@ describe('EdgeLink: resendFrom during a publish in flight', () => {
         cb(null);
       },
     });
-    const server = net.createServer((s) => aedes.handle(s as never));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanups.push(async () => {
-      await new Promise<void>((r) => aedes.close(() => r()));
-      await new Promise<void>((r) => server.close(() => r()));
-    });
+    const url = await serve(aedes, cleanups);
     // publishTimeoutMs far beyond the test's waits: a resend seen here is resendFrom's, not the timeout's
-    const { link, store, dispose } = bareLink(`mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`, TERMINAL, { publishTimeoutMs: 60_000 });
+    const { link, store, dispose } = bareLink(url, TERMINAL, { publishTimeoutMs: 60_000 });
     cleanups.push(dispose);
     for (let i = 1; i <= 3; i++) store.append('doorOpened', { bus: 'bus0', board: 0, lock: i, commanded: true }, new Date());
     await link.start();
@@ -88,17 +94,12 @@ describe('EdgeLink: an acknowledgement past what was published', () => {
         cb(null);
       },
     });
-    const server = net.createServer((s) => aedes.handle(s as never));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanups.push(async () => {
-      await new Promise<void>((r) => aedes.close(() => r()));
-      await new Promise<void>((r) => server.close(() => r()));
-    });
+    const url = await serve(aedes, cleanups);
     const ack = (upTo: number) =>
       new Promise<void>((resolve, reject) =>
         aedes.publish({ cmd: 'publish', topic: edgeTopics.down(TERMINAL, 'eventAcks'), payload: Buffer.from(JSON.stringify({ v: 1, journalId: store.journalId(), upTo, at: new Date().toISOString() })), qos: 1, retain: false, dup: false }, (err) => (err ? reject(err) : resolve())),
       );
-    const { link, store, dispose } = bareLink(`mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`, TERMINAL, { publishTimeoutMs: 60_000 });
+    const { link, store, dispose } = bareLink(url, TERMINAL, { publishTimeoutMs: 60_000 });
     cleanups.push(dispose);
     for (let i = 1; i <= 60; i++) store.append('doorOpened', { bus: 'bus0', board: 0, lock: 1, commanded: true }, new Date());
     await link.start();
@@ -143,13 +144,8 @@ describe('EdgeLink: subscriptions the broker refuses', () => {
       const e = JSON.parse(packet.payload.toString()) as { seq: number; journalId: string };
       aedes.publish({ cmd: 'publish', topic: edgeTopics.down(TERMINAL, 'eventAcks'), payload: Buffer.from(JSON.stringify({ v: 1, journalId: e.journalId, upTo: e.seq, at: new Date().toISOString() })), qos: 1, retain: false, dup: false }, () => undefined);
     });
-    const server = net.createServer((s) => aedes.handle(s as never));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanups.push(async () => {
-      await new Promise<void>((r) => aedes.close(() => r()));
-      await new Promise<void>((r) => server.close(() => r()));
-    });
-    const { link, store, dispose } = bareLink(`mqtt://127.0.0.1:${(server.address() as net.AddressInfo).port}`, TERMINAL);
+    const url = await serve(aedes, cleanups);
+    const { link, store, dispose } = bareLink(url, TERMINAL);
     cleanups.push(dispose);
     for (let i = 1; i <= 3; i++) store.append('doorOpened', { bus: 'bus0', board: 0, lock: i, commanded: true }, new Date());
     await link.start();

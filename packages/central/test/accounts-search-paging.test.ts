@@ -5,16 +5,10 @@
 // the right totals, also past the last page, and (2) full_name_key equals lower(first || ' ' ||
 // last) after every write path that touches names: the create calls, SetAccountDetails,
 // provisioning (insert and update of a dispatcher main account) and a plain SQL insert/update.
-import crypto from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import pg from 'pg';
-import { Migrator, sql } from 'kysely';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestService, describeEngines, pgUrl, type TestService } from './support/harness';
-import { openDatabase } from '../src/db/database';
-import { migrations } from '../src/db/migrations';
+import { createTestService, describeEngines, type TestService } from './support/harness';
+import { migrationStore } from './support/migration-store';
 import { PUP_A1, PUP_A2, PUP_B1, TENANT_B, testSite } from './support/fixtures';
 
 describeEngines('GetAccounts paging and the stored full name', (engine) => {
@@ -135,29 +129,18 @@ describeEngines('GetAccounts paging and the stored full name', (engine) => {
 
 describeEngines('migration 407_account_search on a database with accounts', (engine) => {
   it('fills full_name_key of the accounts already there', async () => {
-    const schema = engine === 'postgres' ? `m_${crypto.randomBytes(6).toString('hex')}` : undefined;
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-m407-'));
-    const db = await openDatabase({ url: engine === 'postgres' ? pgUrl()! : path.join(dir, 'm.db'), pgSchema: schema });
+    const store = await migrationStore(engine);
+    const { db, migrate } = store;
     try {
-      const provider = (upTo: string) => ({ getMigrations: async () => Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= upTo)) });
-      const before = await new Migrator({ db: db.kysely, provider: provider('406_pin_throttle'), allowUnorderedMigrations: true, ...(schema ? { migrationTableSchema: schema } : {}) }).migrateToLatest();
-      expect(before.error).toBeUndefined();
+      expect((await migrate('406_pin_throttle')).error).toBeUndefined();
       const now = new Date().toISOString();
       const row = (uid: string, first: string | null, last: string | null) => ({ uid, user_name: uid, user_name_key: uid, email_address: `${uid}@example.test`, email_key: `${uid}@example.test`, first_name: first, last_name: last, created_at: now, updated_at: now });
       await db.kysely.insertInto('accounts').values([row('m1', 'Anna', 'DE VRIES'), row('m2', null, 'Solo'), row('m3', null, null)]).execute();
-      const after = await new Migrator({ db: db.kysely, provider: provider('999'), allowUnorderedMigrations: true, ...(schema ? { migrationTableSchema: schema } : {}) }).migrateToLatest();
-      expect(after.error).toBeUndefined();
+      expect((await migrate('999')).error).toBeUndefined();
       const rows = await sql<{ uid: string; k: string }>`select uid, full_name_key as k from accounts order by uid`.execute(db.kysely);
       expect(rows.rows).toEqual([{ uid: 'm1', k: 'anna de vries' }, { uid: 'm2', k: ' solo' }, { uid: 'm3', k: ' ' }]);
     } finally {
-      await db.close();
-      fs.rmSync(dir, { recursive: true, force: true });
-      if (schema) {
-        const c = new pg.Client({ connectionString: pgUrl()! });
-        await c.connect();
-        await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-        await c.end();
-      }
+      await store.close();
     }
   });
 });

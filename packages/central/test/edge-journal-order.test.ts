@@ -8,15 +8,9 @@
 // the store cannot take no longer holds the terminal for good on PostgreSQL. Both engines, the
 // embedded broker, a terminal played by a raw MQTT client.
 import crypto from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import pg from 'pg';
-import { Migrator } from 'kysely';
 import { afterEach, beforeEach, expect, it } from 'vitest';
-import { createTestService, describeEngines, pgUrl, type TestService } from './support/harness';
-import { openDatabase } from '../src/db/database';
-import { migrations } from '../src/db/migrations';
+import { createTestService, describeEngines, type TestService } from './support/harness';
+import { migrationStore } from './support/migration-store';
 import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 
@@ -162,12 +156,9 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
 
 describeEngines('migration 413_edge_journals on a database with terminals and events', (engine) => {
   it("orders the journals known so far: the events' by their first arrival, the replaced one and the cursor's before the live one", async () => {
-    const schema = engine === 'postgres' ? `m_${crypto.randomBytes(6).toString('hex')}` : undefined;
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'locker-m413-'));
-    const db = await openDatabase({ url: engine === 'postgres' ? pgUrl()! : path.join(dir, 'm.db'), pgSchema: schema });
+    const store = await migrationStore(engine);
+    const { db, migrate } = store;
     try {
-      const provider = (upTo: string) => ({ getMigrations: async () => Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= upTo)) });
-      const migrate = (upTo: string) => new Migrator({ db: db.kysely, provider: provider(upTo), allowUnorderedMigrations: true, ...(schema ? { migrationTableSchema: schema } : {}) }).migrateToLatest();
       expect((await migrate('412_edge_live_journal')).error).toBeUndefined();
       const ev = (terminal: string, journal: string | null, seq: number, receivedAt: string) => ({ event_id: crypto.randomUUID(), terminal_id: terminal, journal_id: journal, seq, type: 'doorOpened', at: receivedAt, received_at: receivedAt, payload: '{}', processed: 1 as const, outcome: 'stored', attempts: 0 });
       // term-1: journals b (first event at 10:00), a (at 11:00; a late event of b at 12:00); live c (no event), replaced d, cursor a
@@ -197,14 +188,7 @@ describeEngines('migration 413_edge_journals on a database with terminals and ev
       expect(order('term-3')).toEqual(['d3', 'c3']);
       expect(order('term-4')).toEqual(['x4', 'y4', 'z4']);
     } finally {
-      await db.close();
-      fs.rmSync(dir, { recursive: true, force: true });
-      if (schema) {
-        const c = new pg.Client({ connectionString: pgUrl()! });
-        await c.connect();
-        await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-        await c.end();
-      }
+      await store.close();
     }
   });
 });
