@@ -11,6 +11,9 @@ import crypto from 'node:crypto';
 import { afterEach, beforeEach, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { migrationStore } from './support/migration-store';
+import { PUP_A1 } from './support/fixtures';
+import { addUser, booking, doorShipment, ok, stateOf } from './shipments-helpers';
+import { pinSource } from '../src/shipments/codes';
 import { waitFor } from './support/wait';
 import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 
@@ -120,6 +123,36 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     // not applied late (out of order): in order, as a new journal
     const late = await t.ctx.db.kysely.selectFrom('edge_events').select('seq').where('terminal_id', '=', 'term-a1').where('journal_id', '=', j).where('processed', '=', 1).orderBy('seq').execute();
     expect(late.map((r) => Number(r.seq))).toEqual([1, 2, 3]);
+  });
+
+  it('a door event of a code invalidated since is not applied to another booking that drew the same PIN for the same locker', async () => {
+    const user = await addUser(t, PUP_A1);
+    const j = journal();
+    await status(j);
+    await waitFor(async () => (await live()) === j, 'live');
+    // A is booked; its terminal opened A's locker with A's drop-off PIN, and the event is on its way
+    const a = await doorShipment(t, user);
+    const pin = await t.ctx.db.kysely.selectFrom('access_codes').select(['uid', 'value', 'locker_uid']).where('shipment_uid', '=', a.uid).where('usage', '=', 'DropOff').where('type', '=', 'Code').executeTakeFirstOrThrow();
+    const event = { ...(await a.access('dropOff')), codeId: pin.uid };
+    // meanwhile A is cancelled (its codes invalid, its locker free) and B booked for that locker draws the same PIN
+    await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: a.uid }));
+    const draw = pinSource.next;
+    let first = true;
+    pinSource.next = () => (first ? ((first = false), pin.value) : draw());
+    let b: string;
+    try {
+      b = (await ok(t.post('/v1/Logistics/CreateLocalShipment', { ToUserUid: user, ...booking({ LockerUid: pin.locker_uid }) }))).shipmentUid as string;
+    } finally {
+      pinSource.next = draw;
+    }
+    const bPin = await t.ctx.db.kysely.selectFrom('access_codes').select(['value', 'locker_uid']).where('shipment_uid', '=', b).where('usage', '=', 'DropOff').where('type', '=', 'Code').executeTakeFirstOrThrow();
+    expect(bPin).toEqual({ value: pin.value, locker_uid: pin.locker_uid });
+    const id = await sendIn(j, 1, 'dropOff', event);
+    await acked(j, 1);
+    // B was not dropped off by A's courier's event; the event is refused (A is cancelled)
+    expect(await stateOf(t, b)).toBe('ReadyForDropoff');
+    expect(await stateOf(t, a.uid)).toBe('Cancelled');
+    expect((await outcomes([id]))[0]![2]).toMatch(/^rejected:/);
   });
 
   const outcomes = async (ids: string[]) => {

@@ -76,6 +76,13 @@ export interface LockerAccessEvent {
   /** the access code the terminal matched (its uid): finds an expired booking's code (the expiry race) */
   codeId?: string;
   /**
+   * the shipment of that code when the code is no longer valid (and not a swap's shared copy): only
+   * that shipment's codes of the same value match. A PIN is unique among a point's valid PINs only:
+   * an invalidated one may have been drawn again for another booking of the same locker, whose
+   * shipment a late event of the old code must not move.
+   */
+  codeShipmentUid?: string;
+  /**
    * run first in the transaction that applies the event (the edge sync marks its event applied
    * there): false means another instance applied it already, and nothing is done (`skipped`)
    */
@@ -681,9 +688,10 @@ export class ShipmentService {
         await rawQuery<{ uid: string; name: string }>(trx, db, ev.lockerUid ? ACCESS_LOCKER_BY_UID : ACCESS_LOCKER_BY_NAME, [ev.pupUid, ev.lockerUid ?? ev.lockerName ?? ''])
       ).rows[0];
       if (!locker) throw new ApiError('InvalidRequest', `lockerName: no locker ${ev.lockerName ?? ev.lockerUid ?? ''} at pick up point ${ev.pupUid}`);
-      const codes = (
+      let codes = (
         await rawQuery<{ shipment_uid: string; usage: string }>(trx, db, ev.tenantUid ? ACCESS_CODES_OF_TENANT : ACCESS_CODES, ev.tenantUid ? [ev.pupUid, ev.code, locker.uid, ev.tenantUid] : [ev.pupUid, ev.code, locker.uid])
       ).rows;
+      if (ev.codeShipmentUid) codes = codes.filter((c) => c.shipment_uid === ev.codeShipmentUid);
       if (codes.length === 0) {
         const late = await this.lateDropOff(trx, ev, locker, now, when);
         if (late) return late;
