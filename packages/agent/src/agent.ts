@@ -753,7 +753,13 @@ export class Agent implements TechnicianHost {
     }
     const ref: LockRef = { bus: cmd.bus, board: cmd.board, lock: cmd.lock };
     const ack = Date.parse(cmd.expiresAt) < this.now().getTime() ? ({ v: 1, commandId: cmd.commandId, ok: false, error: 'EXPIRED', message: `the command expired at ${cmd.expiresAt}`, at: this.now().toISOString() } satisfies AckMessage) : await this.executeUnlock(cmd, ref);
-    this.store.finishCommand(cmd.commandId, ack);
+    try {
+      this.store.finishCommand(cmd.commandId, ack);
+    } catch (err) {
+      // answered anyway (a repeat is then answered OUTCOME_UNKNOWN: its outcome is not stored)
+      this.journalFault = (err as Error).message;
+      this.log.error({ commandId: cmd.commandId, err: (err as Error).message, errorCode: 'JOURNAL_UNAVAILABLE' }, 'the command outcome could not be stored');
+    }
     this.log.info({ commandId: cmd.commandId, ok: ack.ok, error: ack.ok ? undefined : ack.error }, 'unlock command handled');
     await this.sendAck(ack);
   }

@@ -38,7 +38,8 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
 
   /** an online status naming `id` as the journal the terminal writes (null: an agent that does not name one) */
   const status = async (id: string | null) => {
-    const base = terminalStatus(0, null);
+    // the terminal's clock agrees with the service's (the test's manual clock): door times are not corrected
+    const base = { ...terminalStatus(0, null), at: t.clock.now().toISOString() };
     await tt.term.publishAsync(`${P}/up/status`, JSON.stringify({ ...base, journal: { ...base.journal, ...(id ? { id } : {}) } }), { qos: 1, retain: true });
   };
   const row = async () => await t.ctx.db.kysely.selectFrom('edge_terminals').select(['live_journal_id', 'journal_id', 'applied_seq', 'last_status']).where('terminal_id', '=', 'term-a1').executeTakeFirst();
@@ -125,16 +126,20 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     expect(late.map((r) => Number(r.seq))).toEqual([1, 2, 3]);
   });
 
-  it('a door event of a code invalidated since is not applied to another booking that drew the same PIN for the same locker', async () => {
+  /**
+   * A booked, its drop-off PIN's code row and a drop-off event of it (door time `doorAt`, or now);
+   * then A cancelled and B booked for the same locker drawing the same PIN, a minute later.
+   */
+  const reissuedPin = async () => {
     const user = await addUser(t, PUP_A1);
     const j = journal();
     await status(j);
     await waitFor(async () => (await live()) === j, 'live');
-    // A is booked; its terminal opened A's locker with A's drop-off PIN, and the event is on its way
     const a = await doorShipment(t, user);
     const pin = await t.ctx.db.kysely.selectFrom('access_codes').select(['uid', 'value', 'locker_uid']).where('shipment_uid', '=', a.uid).where('usage', '=', 'DropOff').where('type', '=', 'Code').executeTakeFirstOrThrow();
     const event = { ...(await a.access('dropOff')), codeId: pin.uid };
-    // meanwhile A is cancelled (its codes invalid, its locker free) and B booked for that locker draws the same PIN
+    const beforeB = t.clock.now().toISOString();
+    t.clock.advance(60_000);
     await ok(t.post('/v1/Logistics/CancelShipment', { shipmentUid: a.uid }));
     const draw = pinSource.next;
     let first = true;
@@ -147,18 +152,48 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     }
     const bPin = await t.ctx.db.kysely.selectFrom('access_codes').select(['value', 'locker_uid']).where('shipment_uid', '=', b).where('usage', '=', 'DropOff').where('type', '=', 'Code').executeTakeFirstOrThrow();
     expect(bPin).toEqual({ value: pin.value, locker_uid: pin.locker_uid });
-    const id = await sendIn(j, 1, 'dropOff', event);
+    t.clock.advance(60_000);
+    return { j, a: a.uid, b, event, beforeB };
+  };
+
+  it("a late door event of a code invalidated since does not move another booking that drew the same PIN for the same locker after the door opened", async () => {
+    const { j, a, b, event, beforeB } = await reissuedPin();
+    // A's courier opened the locker with A's PIN before A was cancelled; the event comes now
+    const id = await sendIn(j, 1, 'dropOff', { ...event, at: beforeB });
     await acked(j, 1);
-    // B was not dropped off by A's courier's event; the event is refused (A is cancelled)
     expect(await stateOf(t, b)).toBe('ReadyForDropoff');
-    expect(await stateOf(t, a.uid)).toBe('Cancelled');
+    expect(await stateOf(t, a)).toBe('Cancelled');
     expect((await outcomes([id]))[0]![2]).toMatch(/^rejected:/);
+  });
+
+  it("a terminal still holding the old code row opens the locker for the new booking's courier: that booking's drop-off is applied", async () => {
+    const { j, a, b, event } = await reissuedPin();
+    // B's courier typed the PIN after B was booked; the terminal's cache matched A's old row
+    const id = await sendIn(j, 1, 'dropOff', { ...event, at: t.clock.now().toISOString() });
+    await acked(j, 1);
+    expect(await stateOf(t, b)).toBe('ReadyForPickup');
+    expect(await stateOf(t, a)).toBe('Cancelled');
+    expect((await outcomes([id]))[0]![2]).toBe('DropOff:applied:ReadyForPickup');
   });
 
   const outcomes = async (ids: string[]) => {
     const rows = await t.ctx.db.kysely.selectFrom('edge_events').select(['event_id', 'processed', 'attempts', 'outcome']).where('event_id', 'in', ids).execute();
     return ids.map((id) => rows.find((r) => r.event_id === id)).map((r) => [Number(r?.processed), Number(r?.attempts), r?.outcome]);
   };
+
+  it('an agent updated in place whose old event never came sends it at last with its journal id: the count goes on, not a new store', async () => {
+    for (const seq of [1, 2, 4, 5]) await sendIn(null, seq);
+    await waitFor(async () => Number((await row())?.applied_seq) === 2, 'held behind the missing seq 3');
+    t.clock.advance(61_000); // past edge.gapGiveUpSeconds: seq 3 given up
+    await waitFor(async () => Number((await row())?.applied_seq) === 5, 'the gap given up');
+    const j = journal();
+    // the old store's seq 3, never acknowledged, sent again by the updated agent with its journal id
+    await sendIn(j, 3);
+    await waitFor(async () => (await row())?.journal_id === j, 'the journal taken by the cursor');
+    expect(Number((await row())?.applied_seq)).toBe(5);
+    await sendIn(j, 6);
+    await acked(j, 6);
+  });
 
   it('an event whose board or lock number is not an integer matches no locker: stored and acknowledged; the terminal is not held', async () => {
     const j = journal();

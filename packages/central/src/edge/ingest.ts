@@ -152,6 +152,8 @@ const STORE_CURSORS_PG = 'SELECT t.id, e.terminal_id AS has_row, e.journal_id, e
 const EDGE_TERMINAL_INSERT = 'INSERT INTO edge_terminals (terminal_id, epoch, codes_version, online, status_at, last_status, last_seq, updated_at) VALUES (?, ?, 0, 0, NULL, NULL, 0, ?) ON CONFLICT (terminal_id) DO NOTHING';
 /** once per terminal: the first journal id it shows (the apply moves it on from there); its seq continues the count of applied_seq (an agent updated in place keeps its store) */
 const PATCH_JOURNAL = 'UPDATE edge_terminals SET journal_id = ? WHERE terminal_id = ? AND journal_id IS NULL';
+/** an event of an agent older than journal ids stored at this seq (PATCH_NEW_JOURNAL) */
+const LEGACY_AT_SEQ = 'SELECT 1 AS n FROM edge_events WHERE terminal_id = ? AND journal_id IS NULL AND seq = ? AND event_id <> ? LIMIT 1';
 /** records a journal of a terminal the first time it is seen (edge_journals.generation: the order of first sight; edge/sync.ts) */
 export const JOURNAL_SEEN = 'INSERT INTO edge_journals (terminal_id, journal_id, first_seen_at) VALUES (?, ?, ?) ON CONFLICT (terminal_id, journal_id) DO NOTHING';
 /** the same for a journal of a new store (an event of it at or below the count: its seq started at 1 again): it counts from 0, not on from the events of an agent older than journal ids */
@@ -502,8 +504,8 @@ export class EventIngest {
     }
     // The first journal id a terminal shows names the journal whose seq applied_seq already counts
     // (an agent updated in place keeps its store and its count, and sends on above it), unless an
-    // event of that journal new here is at or below the count: a new store (a replaced terminal
-    // computer), counting from 1 again, whichever of its events is stored first (two instances
+    // event of that journal new here is its seq 1 or counts a seq again that the old count holds:
+    // a new store (a replaced terminal computer), counting from 1 again, whichever of its events is stored first (two instances
     // behind a shared subscription store them in any order). Kept at the old count, its first
     // events were applied as late events and acknowledged up to the old count, past what the
     // terminal had sent (events it then counted as committed). Nothing else of the row is written
@@ -518,7 +520,10 @@ export class EventIngest {
       const cursorJournal = journalOf.get(a.terminalId) ?? null;
       if (journalId !== cursorJournal) sighted.add(`${a.terminalId}\u0000${journalId}`);
       if (cursorJournal !== null) continue;
-      const anew = a.ev.seq <= (appliedOf.get(a.terminalId) ?? 0);
+      // its seq 1, or a seq the old count already holds with another event (a seq counted again);
+      // not one of the old count's given-up seqs coming at last with the journal id of an agent
+      // updated in place (no event stored there)
+      const anew = a.ev.seq <= (appliedOf.get(a.terminalId) ?? 0) && (a.ev.seq === 1 || (await exec(LEGACY_AT_SEQ, [a.terminalId, a.ev.seq, a.ev.eventId])).rows.length > 0);
       const first = journals.get(a.terminalId);
       if (!first) journals.set(a.terminalId, { id: journalId, fromOne: anew });
       else if (first.id === journalId && anew) first.fromOne = true;

@@ -76,10 +76,11 @@ export interface LockerAccessEvent {
   /** the access code the terminal matched (its uid): finds an expired booking's code (the expiry race) */
   codeId?: string;
   /**
-   * the shipment of that code when the code is no longer valid (and not a swap's shared copy): only
-   * that shipment's codes of the same value match. A PIN is unique among a point's valid PINs only:
-   * an invalidated one may have been drawn again for another booking of the same locker, whose
-   * shipment a late event of the old code must not move.
+   * the shipment of that code when the code is no longer valid (and not a swap's shared copy): a
+   * PIN is unique among a point's valid PINs only, so an invalidated one may have been drawn again
+   * for another booking of the same locker. That booking's code matches only when it existed at
+   * the door time (`at`): a late event of the old code's courier must not move it, while a
+   * terminal whose cache still held the old row opened the locker for the new booking's courier.
    */
   codeShipmentUid?: string;
   /**
@@ -167,7 +168,7 @@ const FIND_WAITER = "SELECT * FROM shipments WHERE waits_on_uid = ? AND state_co
 const INSERT_TRANSITION = 'INSERT INTO shipment_transitions (shipment_uid, seq, tenant_uid, from_state, to_state, cause, detail, at, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)';
 const ACCESS_LOCKER_BY_UID = 'SELECT uid, name FROM lockers WHERE pup_uid = ? AND uid = ?';
 const ACCESS_LOCKER_BY_NAME = 'SELECT uid, name FROM lockers WHERE pup_uid = ? AND name = ?';
-const ACCESS_CODES = "SELECT shipment_uid, usage FROM access_codes WHERE pup_uid = ? AND value = ? AND valid = 1 AND shared = 0 AND locker_uid = ? AND usage IN ('DropOff', 'PickUp')";
+const ACCESS_CODES = "SELECT shipment_uid, usage, created_at FROM access_codes WHERE pup_uid = ? AND value = ? AND valid = 1 AND shared = 0 AND locker_uid = ? AND usage IN ('DropOff', 'PickUp')";
 const ACCESS_CODES_OF_TENANT = `${ACCESS_CODES} AND tenant_uid = ?`;
 
 /** UPDATE shipments SET <the defined keys of upd> WHERE uid = ?, one text per set of keys (a few, fixed by the code). */
@@ -689,9 +690,13 @@ export class ShipmentService {
       ).rows[0];
       if (!locker) throw new ApiError('InvalidRequest', `lockerName: no locker ${ev.lockerName ?? ev.lockerUid ?? ''} at pick up point ${ev.pupUid}`);
       let codes = (
-        await rawQuery<{ shipment_uid: string; usage: string }>(trx, db, ev.tenantUid ? ACCESS_CODES_OF_TENANT : ACCESS_CODES, ev.tenantUid ? [ev.pupUid, ev.code, locker.uid, ev.tenantUid] : [ev.pupUid, ev.code, locker.uid])
+        await rawQuery<{ shipment_uid: string; usage: string; created_at: string }>(trx, db, ev.tenantUid ? ACCESS_CODES_OF_TENANT : ACCESS_CODES, ev.tenantUid ? [ev.pupUid, ev.code, locker.uid, ev.tenantUid] : [ev.pupUid, ev.code, locker.uid])
       ).rows;
-      if (ev.codeShipmentUid) codes = codes.filter((c) => c.shipment_uid === ev.codeShipmentUid);
+      // the terminal matched a code invalidated since: another shipment's code of that value counts
+      // only when it existed at the door time (a terminal still holding the old row opened the
+      // locker for the new booking's courier), not when it was drawn after (the old booking's
+      // courier, the event late)
+      if (ev.codeShipmentUid) codes = codes.filter((c) => c.shipment_uid === ev.codeShipmentUid || (when.at !== undefined && c.created_at <= when.at));
       if (codes.length === 0) {
         const late = await this.lateDropOff(trx, ev, locker, now, when);
         if (late) return late;
