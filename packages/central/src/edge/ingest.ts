@@ -1086,7 +1086,7 @@ export class EventIngest {
       await finish('rejected:MalformedEvent');
       return true;
     }
-    const code = (await exec<{ value: string; pup_uid: string; shipment_uid: string; usage: string; valid: number | string; shared: number | string; invalidated_at: string | null }>('SELECT value, pup_uid, shipment_uid, usage, valid, shared, invalidated_at FROM access_codes WHERE uid = ?', [f.data.codeId])).rows[0];
+    const code = (await exec<{ value: string; pup_uid: string; shipment_uid: string; valid: number | string; shared: number | string }>('SELECT value, pup_uid, shipment_uid, valid, shared FROM access_codes WHERE uid = ?', [f.data.codeId])).rows[0];
     if (!code || !pup || code.pup_uid !== pup) {
       await finish('rejected:UnknownCode');
       return true;
@@ -1101,13 +1101,9 @@ export class EventIngest {
     const claim = ctl?.replayOf
       ? async () => (await exec("UPDATE edge_events SET outcome = 'applying' WHERE event_id = ? AND processed = 1 AND outcome = ?", [row.event_id, ctl.replayOf])).numAffectedRows === 1
       : async () => (await exec("UPDATE edge_events SET processed = 1, outcome = 'applying' WHERE event_id = ? AND processed = 0", [row.event_id])).numAffectedRows === 1;
-    // a code invalidated since (not a swap's shared copy): another shipment's code of its value
-    // counts only when it existed at the door time; its own shipment counts when the code was
-    // still valid then (rotated while the event was on its way)
-    const invalidated = Number(code.valid) === 0 && Number(code.shared) === 0;
-    const codeShipmentUid = invalidated ? code.shipment_uid : undefined;
-    const codeValidAtDoor = invalidated && code.invalidated_at !== null && code.invalidated_at > toDbTime(at) && (code.usage === 'DropOff' || code.usage === 'PickUp') ? (code.usage as 'DropOff' | 'PickUp') : undefined;
-    const r = await shipmentService(this.ctx).applyLockerAccessIn(trx, { pupUid: pup, lockerUid: f.data.lockerUid, code: code.value, codeId: f.data.codeId, codeShipmentUid, codeValidAtDoor, itemPresent: item, at, receivedAt, claim, cause: 'door' });
+    // a code invalidated since (not a swap's shared copy): its value matches only its own shipment's codes
+    const codeShipmentUid = Number(code.valid) === 0 && Number(code.shared) === 0 ? code.shipment_uid : undefined;
+    const r = await shipmentService(this.ctx).applyLockerAccessIn(trx, { pupUid: pup, lockerUid: f.data.lockerUid, code: code.value, codeId: f.data.codeId, codeShipmentUid, itemPresent: item, at, receivedAt, claim, cause: 'door' });
     if (r.skipped) return true; // another instance applied it
     after.logs.push(() => this.log.info({ terminal: terminalId, seq: row.seq, type: row.type, shipment: r.shipmentUid, changed: r.changed, state: r.stateCode }, 'door event applied'));
     await exec('UPDATE edge_events SET outcome = ? WHERE event_id = ?', [`${r.action}:${r.changed ? 'applied' : 'unchanged'}:${r.stateCode}`, row.event_id]);

@@ -84,12 +84,6 @@ export interface LockerAccessEvent {
    */
   codeShipmentUid?: string;
   /**
-   * that invalidated code was still valid at the door time (rotated, or reissued, while the event
-   * was on its way): its usage. Its own shipment is then a candidate as the code's usage acts on it
-   * (a pick-up with the pick-up code the tenant changed meanwhile is a pick-up).
-   */
-  codeValidAtDoor?: 'DropOff' | 'PickUp';
-  /**
    * run first in the transaction that applies the event (the edge sync marks its event applied
    * there): false means another instance applied it already, and nothing is done (`skipped`)
    */
@@ -703,7 +697,6 @@ export class ShipmentService {
       // locker for the new booking's courier), not when it was drawn after (the old booking's
       // courier, the event late)
       if (ev.codeShipmentUid) codes = codes.filter((c) => c.shipment_uid === ev.codeShipmentUid || (when.at !== undefined && c.created_at <= when.at));
-      if (ev.codeShipmentUid && ev.codeValidAtDoor && !codes.some((c) => c.shipment_uid === ev.codeShipmentUid && c.usage === ev.codeValidAtDoor)) codes.push({ shipment_uid: ev.codeShipmentUid, usage: ev.codeValidAtDoor, created_at: '' });
       if (codes.length === 0) {
         const late = await this.lateDropOff(trx, ev, locker, now, when);
         if (late) return late;
