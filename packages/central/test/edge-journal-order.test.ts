@@ -166,11 +166,18 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     expect((await outcomes([id]))[0]![2]).toMatch(/^rejected:/);
   });
 
-  it("a terminal still holding the old code row opens the locker for the new booking's courier: that booking's drop-off is applied", async () => {
+  it("a terminal still holding the old code row opens the locker for the new booking's courier: that booking's drop-off is applied (outside the clock margin)", async () => {
     const { j, a, b, event } = await reissuedPin();
-    // B's courier typed the PIN after B was booked; the terminal's cache matched A's old row
-    const id = await sendIn(j, 1, 'dropOff', { ...event, at: t.clock.now().toISOString() });
+    // within edge.maxClockSkewSeconds (120 s) of B's booking the door time cannot tell the two
+    // couriers apart: B is left alone
+    const near = await sendIn(j, 1, 'dropOff', { ...event, at: t.clock.now().toISOString() });
     await acked(j, 1);
+    expect(await stateOf(t, b)).toBe('ReadyForDropoff');
+    expect((await outcomes([near]))[0]![2]).toMatch(/^rejected:/);
+    // B's courier typed the PIN well after B was booked; the terminal's cache matched A's old row
+    t.clock.advance(120_000);
+    const id = await sendIn(j, 2, 'dropOff', { ...event, sessionId: crypto.randomUUID(), at: t.clock.now().toISOString() });
+    await acked(j, 2);
     expect(await stateOf(t, b)).toBe('ReadyForPickup');
     expect(await stateOf(t, a)).toBe('Cancelled');
     expect((await outcomes([id]))[0]![2]).toBe('DropOff:applied:ReadyForPickup');

@@ -79,8 +79,9 @@ export interface LockerAccessEvent {
    * the shipment of that code when the code is no longer valid (and not a swap's shared copy): a
    * PIN is unique among a point's valid PINs only, so an invalidated one may have been drawn again
    * for another booking of the same locker. That booking's code matches only when it existed at
-   * the door time (`at`): a late event of the old code's courier must not move it, while a
-   * terminal whose cache still held the old row opened the locker for the new booking's courier.
+   * the door time (`at`), edge.maxClockSkewSeconds before it: a late event of the old code's
+   * courier must not move it, while a terminal whose cache still held the old row opened the
+   * locker for the new booking's courier.
    */
   codeShipmentUid?: string;
   /**
@@ -696,7 +697,14 @@ export class ShipmentService {
       // only when it existed at the door time (a terminal still holding the old row opened the
       // locker for the new booking's courier), not when it was drawn after (the old booking's
       // courier, the event late)
-      if (ev.codeShipmentUid) codes = codes.filter((c) => c.shipment_uid === ev.codeShipmentUid || (when.at !== undefined && c.created_at <= when.at));
+      if (ev.codeShipmentUid) {
+        // with a margin of edge.maxClockSkewSeconds: a terminal clock within it is not corrected,
+        // so a door time may be that much late; within it the two are told apart by nothing, and
+        // the other booking is left alone (the disagreement with the locker shows)
+        const margin = this.ctx.config.edge.maxClockSkewSeconds * 1000;
+        const before = when.at === undefined ? null : toDbTime(new Date(Date.parse(when.at) - margin));
+        codes = codes.filter((c) => c.shipment_uid === ev.codeShipmentUid || (before !== null && c.created_at <= before));
+      }
       if (codes.length === 0) {
         const late = await this.lateDropOff(trx, ev, locker, now, when);
         if (late) return late;
