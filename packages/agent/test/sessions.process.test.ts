@@ -2,7 +2,8 @@
 // as a real process (bin/locker-agent.js run) against the simulator on a pty and the embedded
 // broker; it is killed with SIGKILL at each point of a door cycle, the doors move while it is dead,
 // and the restarted agent reports every drop-off / pick-up exactly once (the same event across
-// restarts) and invents none.
+// restarts) and invents none; killed while a central unlock command waits for the board's answer,
+// the restarted agent journals that unlock (uncertain) and its door's opening as commanded.
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -139,6 +140,70 @@ describe('agent process: a kill -9 at any point of a door cycle loses no drop-of
     await waitFor(() => onlines() > n1, 'restarted', 20_000);
     await new Promise((r) => setTimeout(r, 1500));
     expect(journal(dbFile).slice(count).filter((r) => ['dropOff', 'pickUp', 'accessIncomplete'].includes(r.type))).toEqual([]);
+    agent.kill('SIGTERM');
+    await exited(agent);
+  });
+});
+
+describe('agent process: killed while a central unlock command waits for the board', () => {
+  let w: World;
+  const children: ChildProcess[] = [];
+  const exited = (c: ChildProcess) => new Promise<void>((r) => (c.exitCode !== null || c.signalCode !== null ? r() : c.once('exit', () => r())));
+
+  beforeAll(async () => {
+    // boards that answer an unlock (generic-8a80), late: the agent waits for the answer after the
+    // pulse, and the kill lands between the pulse and the unlock's journal entry
+    w = await World.create({}, { startAgent: false, dialect: 'generic-8a80', simBoards: [1, 2], agentBoards: [1, 2], busTiming: { replyTimeoutMs: 5000 } });
+  });
+  afterAll(async () => {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    await Promise.all(children.map(exited));
+    await w?.close();
+  });
+
+  it('the restart journals the unlock (uncertain, at the time it was begun) before the door found open, which counts as commanded', async () => {
+    const configFile = path.join(w.dir, 'agent.json');
+    const dbFile = w.config.store.path;
+    fs.writeFileSync(configFile, JSON.stringify({ ...w.config, log: { level: 'error' } }));
+    const spawnAgent = () => {
+      const child = spawn(process.execPath, [BIN, 'run', '--config', configFile], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, NOTIFY_SOCKET: '' } });
+      child.stderr!.resume();
+      children.push(child);
+      return child;
+    };
+    const lockNo = 3;
+    const lock = w.lock(1, lockNo);
+    const onlines = () => w.received.filter((r) => r.kind === 'status' && r.body.state === 'online').length;
+    const n0 = onlines();
+    let agent = spawnAgent();
+    await waitFor(() => onlines() > n0, 'agent online', 20_000);
+    let pulsed = false;
+    const onFrame = (e: { dir: string; meaning: string }) => {
+      if (e.dir !== 'rx' || !e.meaning.startsWith('unlock') || pulsed) return;
+      pulsed = true;
+      agent.kill('SIGKILL');
+    };
+    w.sim.on('frame', onFrame);
+    w.sim.bus('bus0').faults.set({ lateReplyMs: 3000 });
+    try {
+      await w.publish('commands', { v: 1, type: 'unlock', commandId: 'cmd-killed', lockerUid: 'locker-1-3', bus: 'bus0', board: 1, lock: lockNo, shipmentUid: null, reason: 'api', issuedAt: new Date().toISOString(), expiresAt: new Date(Date.now() + 60_000).toISOString() });
+      await waitFor(() => pulsed, 'the unlock frame at the board', 20_000);
+      await exited(agent);
+    } finally {
+      w.sim.off('frame', onFrame);
+      w.sim.bus('bus0').faults.set({ lateReplyMs: 0 });
+    }
+    await waitFor(() => lock.state.doorOpen, 'the door sprang open', 5000);
+    // nothing of the unlock in the journal: the process died before writing it
+    expect(journal(dbFile).filter((r) => r.type === 'unlockSent')).toEqual([]);
+
+    agent = spawnAgent();
+    const mine = () => w.events().filter((e) => e.board === 1 && e.lock === lockNo && (e.type === 'unlockSent' || e.type === 'doorOpened' || e.type === 'forcedOpen'));
+    await waitFor(() => mine().some((e) => e.type === 'doorOpened'), 'the door found open reported', 20_000);
+    expect(mine().map((e) => e.type)).toEqual(['unlockSent', 'doorOpened']);
+    expect(mine()[0]).toMatchObject({ cause: 'command', commandId: 'cmd-killed', uncertain: true, unwatched: true });
+    expect(mine()[1]).toMatchObject({ commanded: true, unwatched: true });
+    lock.closeDoor();
     agent.kill('SIGTERM');
     await exited(agent);
   });

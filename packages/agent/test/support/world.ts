@@ -84,20 +84,23 @@ export class World {
    * that shares its process with a browser: a poll answered late is a failed poll, and a failed
    * poll during an unlock leaves it unobserved instead of a jam)
    */
-  static async create(extra: Partial<AgentConfigInput> = {}, opts: { startAgent?: boolean; simBoards?: number[]; agentBoards?: number[]; log?: Logger; busTiming?: Partial<typeof BUS_TIMING> } = {}): Promise<World> {
+  static async create(extra: Partial<AgentConfigInput> = {}, opts: { startAgent?: boolean; simBoards?: number[]; agentBoards?: number[]; log?: Logger; busTiming?: Partial<typeof BUS_TIMING>; dialect?: 'kerong-cu16' | 'generic-8a80' } = {}): Promise<World> {
+    // `dialect`: the boards' protocol, simulated and configured (kerong-cu16 answers no unlock;
+    // generic-8a80 does, so an unlock waits for the board's answer)
+    const dialect = opts.dialect ?? 'kerong-cu16';
     const w = new World();
     if (opts.log) w.log = opts.log;
     w.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'agent-world-'));
     w.t = await createTestService('sqlite');
     await w.startBroker(0);
     w.sim = new Simulator({
-      buses: [{ name: 'bus0', link: { kind: 'pty' }, dialect: 'kerong-cu16', boards: (opts.simBoards ?? [0, 1]).map((address) => ({ address })) }],
+      buses: [{ name: 'bus0', link: { kind: 'pty' }, dialect, boards: (opts.simBoards ?? [0, 1]).map((address) => ({ address })) }],
       scanners: [{ name: 'scan0', link: { kind: 'pty' }, suffix: '\r' }],
     });
     await w.sim.start();
-    if (opts.agentBoards || opts.busTiming) {
+    if (opts.agentBoards || opts.busTiming || opts.dialect) {
       const boards = (opts.agentBoards ?? [0, 1]).map((address) => ({ address }));
-      extra = { ...extra, buses: [{ name: 'bus0', port: `${w.sim.bus('bus0').path!}?baud=19200`, dialect: 'kerong-cu16', boards, ...BUS_TIMING, ...opts.busTiming }] };
+      extra = { ...extra, buses: [{ name: 'bus0', port: `${w.sim.bus('bus0').path!}?baud=19200`, dialect, boards, ...BUS_TIMING, ...opts.busTiming }] };
     }
     w.config = agentConfig(w.dir, w.sim.bus('bus0').path!, w.sim.scanner('scan0').path, extra, `mqtt://127.0.0.1:${w.brokerPort}`);
     if (opts.startAgent !== false) await w.startAgent();
