@@ -15,12 +15,11 @@ import { PUP_A1 } from './support/fixtures';
 import { addUser, booking, doorShipment, ok, stateOf } from './shipments-helpers';
 import { pinSource } from '../src/shipments/codes';
 import { waitFor } from './support/wait';
-import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
+import { connectScriptedTerminal, eventAcks, publishEvent, publishJournalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 
 describeEngines('edge events: journals in the order first seen', (engine) => {
   let t: TestService;
   let tt: ScriptedTerminal;
-  const P = 'locker/v1/t/term-a1';
   const door = { bus: 'bus0', board: 0, lock: 1 };
   const journal = () => `journal-${crypto.randomUUID()}`;
 
@@ -36,22 +35,14 @@ describeEngines('edge events: journals in the order first seen', (engine) => {
     await t?.close();
   });
 
-  /** an online status naming `id` as the journal the terminal writes (null: an agent that does not name one) */
-  const status = async (id: string | null) => {
-    // the terminal's clock agrees with the service's (the test's manual clock): door times are not corrected
-    const base = { ...terminalStatus(0, null), at: t.clock.now().toISOString() };
-    await tt.term.publishAsync(`${P}/up/status`, JSON.stringify({ ...base, journal: { ...base.journal, ...(id ? { id } : {}) } }), { qos: 1, retain: true });
-  };
+  // the terminal's clock agrees with the service's (the test's manual clock): door times are not corrected
+  const status = (id: string | null) => publishJournalStatus(tt, id, t.clock.now());
   const row = async () => await t.ctx.db.kysely.selectFrom('edge_terminals').select(['live_journal_id', 'journal_id', 'applied_seq', 'last_status']).where('terminal_id', '=', 'term-a1').executeTakeFirst();
   /** the status just sent has been recorded (whatever it did to the live journal) */
   const recorded = async (id: string | null) => waitFor(async () => (JSON.parse((await row())?.last_status ?? 'null') as { journal?: { id?: string } } | null)?.journal?.id === (id ?? undefined), `a status naming ${id} recorded`);
   const live = async () => (await row())?.live_journal_id ?? null;
-  const sendIn = async (id: string | null, seq: number, type = 'doorOpened', fields: Record<string, unknown> = door) => {
-    const eventId = crypto.randomUUID();
-    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq, terminalId: 'term-a1', ...(id ? { journalId: id } : {}), at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
-    return eventId;
-  };
-  const acks = () => tt.got.filter((g) => g.kind === 'eventAcks').map((g) => g.body as { journalId: string; upTo: number });
+  const sendIn = (id: string | null, seq: number, type = 'doorOpened', fields: Record<string, unknown> = door) => publishEvent(tt, id, seq, type, fields, t.clock.now());
+  const acks = () => eventAcks(tt);
   const acked = (id: string, upTo: number) => waitFor(() => acks().some((a) => a.journalId === id && a.upTo === upTo), `${id} acknowledged up to ${upTo}`);
   const settled = () => new Promise((r) => setTimeout(r, 500));
 

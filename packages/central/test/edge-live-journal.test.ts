@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { waitFor } from './support/wait';
-import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
+import { connectScriptedTerminal, eventAcks, publishEvent, publishJournalStatus, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, doorShipment } from './shipments-helpers';
 import { centralMetrics } from '../src/ops/metrics';
@@ -20,15 +20,11 @@ describeEngines('edge events: the live journal the status names', (engine) => {
   let t: TestService;
   let tt: ScriptedTerminal;
   let user: string;
-  const P = 'locker/v1/t/term-a1';
   const live = `journal-${crypto.randomUUID()}`;
   const door = { bus: 'bus0', board: 0, lock: 1 };
 
   /** an online status naming `journal` as the one the terminal writes (null: an agent that does not name it) */
-  const status = async (journal: string | null) => {
-    const base = terminalStatus(0, null);
-    await tt.term.publishAsync(`${P}/up/status`, JSON.stringify({ ...base, journal: { ...base.journal, ...(journal ? { id: journal } : {}) } }), { qos: 1, retain: true });
-  };
+  const status = (journal: string | null) => publishJournalStatus(tt, journal);
   const named = async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('live_journal_id').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).live_journal_id;
 
   beforeAll(async () => {
@@ -49,12 +45,8 @@ describeEngines('edge events: the live journal the status names', (engine) => {
     await t?.close();
   });
 
-  const sendIn = async (journal: string, n: number, type: string, fields: Record<string, unknown>) => {
-    const eventId = crypto.randomUUID();
-    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: journal, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
-    return eventId;
-  };
-  const acks = () => tt.got.filter((g) => g.kind === 'eventAcks').map((g) => g.body);
+  const sendIn = (journal: string, n: number, type: string, fields: Record<string, unknown>) => publishEvent(tt, journal, n, type, fields, t.clock.now());
+  const acks = () => eventAcks(tt);
   const lastAck = () => acks().at(-1);
   const cursor = async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select(['journal_id', 'applied_seq']).where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow());
   const eventRow = (eventId: string) => t.ctx.db.kysely.selectFrom('edge_events').select(['processed', 'outcome']).where('event_id', '=', eventId).executeTakeFirstOrThrow();

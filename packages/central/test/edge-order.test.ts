@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestService, describeEngines, type TestService } from './support/harness';
 import { waitFor } from './support/wait';
-import { connectScriptedTerminal, terminalStatus, type ScriptedTerminal } from './support/scripted-terminal';
+import { connectScriptedTerminal, terminalStatus, publishEvent, type ScriptedTerminal } from './support/scripted-terminal';
 import { PUP_A1 } from './support/fixtures';
 import { addUser, doorShipment } from './shipments-helpers';
 import { centralMetrics } from '../src/ops/metrics';
@@ -245,11 +245,7 @@ describeEngines('edge events: applied in seq order, once, acknowledged', (engine
   });
 
   const cursorJournal = async () => (await t.ctx.db.kysely.selectFrom('edge_terminals').select('journal_id').where('terminal_id', '=', 'term-a1').executeTakeFirstOrThrow()).journal_id;
-  const sendIn = async (journal: string, n: number, type: string, fields: Record<string, unknown>) => {
-    const eventId = crypto.randomUUID();
-    await tt.term.publishAsync(`${P}/up/events`, JSON.stringify({ v: 1, eventId, seq: n, terminalId: 'term-a1', journalId: journal, at: t.clock.now().toISOString(), type, ...fields }), { qos: 1 });
-    return eventId;
-  };
+  const sendIn = (journal: string, n: number, type: string, fields: Record<string, unknown>) => publishEvent(tt, journal, n, type, fields, t.clock.now());
   const door = { bus: 'bus0', board: 0, lock: 1 };
 
   it('a new journal whose seq 1 has not come is held, also past edge.gapGiveUpSeconds, and taken over from its seq 1 when it comes', async () => {

@@ -1,6 +1,7 @@
 // A terminal played by a raw MQTT client on the central's embedded broker (edge.test.ts,
 // code-push.test.ts): it logs in with its provisioned secret, subscribes to its down/ topics and
 // records what the central sends, newest last.
+import crypto from 'node:crypto';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { TestService } from './harness';
 
@@ -34,4 +35,27 @@ export function terminalStatus(version: number, epoch: string | null, terminalId
     v: 1, state: 'online', terminalId, agentVersion: 'test', startedAt: new Date().toISOString(), at: new Date().toISOString(),
     codes: { epoch, version, count: 0 }, journal: { unsent: 0, lastSeq: 0 }, buses: [],
   };
+}
+
+/**
+ * An online up/status naming `journalId` as the journal the terminal writes (null: an agent that
+ * names none), retained, made at `at` on the terminal's clock (default: the real clock).
+ */
+export async function publishJournalStatus(tt: ScriptedTerminal, journalId: string | null, at?: Date): Promise<void> {
+  const terminalId = tt.prefix.split('/').pop()!;
+  const base = { ...terminalStatus(0, null, terminalId), ...(at ? { at: at.toISOString() } : {}) };
+  await tt.term.publishAsync(`${tt.prefix}/up/status`, JSON.stringify({ ...base, journal: { ...base.journal, ...(journalId ? { id: journalId } : {}) } }), { qos: 1, retain: true });
+}
+
+/** One up/events message of `journalId` (null: an agent older than journal ids) at `at`; its eventId. `fields` may override `at`. */
+export async function publishEvent(tt: ScriptedTerminal, journalId: string | null, seq: number, type: string, fields: Record<string, unknown>, at: Date): Promise<string> {
+  const eventId = crypto.randomUUID();
+  const terminalId = tt.prefix.split('/').pop()!;
+  await tt.term.publishAsync(`${tt.prefix}/up/events`, JSON.stringify({ v: 1, eventId, seq, terminalId, ...(journalId ? { journalId } : {}), at: at.toISOString(), type, ...fields }), { qos: 1 });
+  return eventId;
+}
+
+/** The down/eventAcks the terminal received, oldest first. */
+export function eventAcks(tt: ScriptedTerminal): { journalId: string; upTo: number; resendFrom?: number }[] {
+  return tt.got.filter((g) => g.kind === 'eventAcks').map((g) => g.body);
 }
